@@ -1,0 +1,54 @@
+# Shared by demo.cmake and test.cmake (both run in script mode: cmake -P).
+# Installs missing Debian packages when run as root, then configures and builds a tree.
+
+get_filename_component(SCALIFY_ROOT "${CMAKE_CURRENT_LIST_DIR}/.." ABSOLUTE)
+cmake_host_system_information(RESULT SCALIFY_JOBS QUERY NUMBER_OF_LOGICAL_CORES)
+
+# Everything the build, the tests, the examples and the benchmarks use.
+set(SCALIFY_DEBIAN_PACKAGES
+  g++ make libeigen3-dev libxtensor-dev libfmt-dev catch2 libbenchmark-dev
+  clang-14 libclang-rt-14-dev)
+
+function(scalify_require_packages)
+  find_program(dpkg_query dpkg-query)
+  if(NOT dpkg_query)
+    message(WARNING "scalify: dpkg-query not found, so installed packages cannot be checked; "
+                    "make sure these are present: ${ARGN}")
+    return()
+  endif()
+  set(missing "")
+  foreach(pkg IN LISTS ARGN)
+    execute_process(COMMAND ${dpkg_query} -W "-f=\${Status}" ${pkg}
+                    OUTPUT_VARIABLE status ERROR_QUIET)
+    if(NOT status MATCHES "install ok installed")
+      list(APPEND missing ${pkg})
+    endif()
+  endforeach()
+  if(NOT missing)
+    return()
+  endif()
+  list(JOIN missing " " missing_line)
+  execute_process(COMMAND id -u OUTPUT_VARIABLE uid OUTPUT_STRIP_TRAILING_WHITESPACE)
+  if(NOT uid STREQUAL "0")
+    message(FATAL_ERROR "scalify needs Debian packages that are not installed: ${missing_line}\n"
+                        "Install them as root, then run this command again:\n"
+                        "  sudo apt-get update && sudo apt-get install -y ${missing_line}")
+  endif()
+  message(STATUS "scalify: installing ${missing_line}")
+  execute_process(COMMAND apt-get update COMMAND_ERROR_IS_FATAL ANY)
+  execute_process(COMMAND env DEBIAN_FRONTEND=noninteractive
+                          apt-get install -y --no-install-recommends ${missing}
+                  COMMAND_ERROR_IS_FATAL ANY)
+endfunction()
+
+# scalify_build(<binary dir> [cache arguments...]): configure (cheap when nothing changed) and build.
+function(scalify_build binary_dir)
+  execute_process(COMMAND ${CMAKE_COMMAND} -S "${SCALIFY_ROOT}" -B "${binary_dir}" ${ARGN}
+                  COMMAND_ERROR_IS_FATAL ANY)
+  execute_process(COMMAND ${CMAKE_COMMAND} --build "${binary_dir}" --parallel ${SCALIFY_JOBS}
+                  COMMAND_ERROR_IS_FATAL ANY)
+endfunction()
+
+# The main tree, build/: optimised, with tests, examples and benchmarks.
+set(SCALIFY_MAIN_BUILD "${SCALIFY_ROOT}/build")
+set(SCALIFY_MAIN_ARGS -DCMAKE_BUILD_TYPE=Release)

@@ -1,0 +1,10 @@
+# Runs an example and compares its standard output with the expected file, line by line.
+execute_process(COMMAND "${EXECUTABLE}" ${ARGS} OUTPUT_VARIABLE actual RESULT_VARIABLE rc)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "${EXECUTABLE} exited with ${rc}\n${actual}")
+endif()
+file(READ "${EXPECTED}" expected)
+if(NOT actual STREQUAL expected)
+  file(WRITE "${EXPECTED}.actual" "${actual}")
+  message(FATAL_ERROR "output differs from ${EXPECTED} (actual output written next to it as .actual):\n${actual}")
+endif()

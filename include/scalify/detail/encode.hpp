@@ -1,0 +1,127 @@
+#pragma once
+/// \file encode.hpp
+/// The one conversion engine: IEEE binary32/64 -> any float_format, for every rounding and
+/// saturation mode. Integer arithmetic only (no dependence on the FP environment) and free of
+/// branches that the compiler cannot turn into selects, so bulk loops over it vectorise.
+
+#include <scalify/detail/float_bits.hpp>
+#include <scalify/numeric/format.hpp>
+#include <scalify/numeric/policies.hpp>
+
+#include <bit>
+#include <cstdint>
+
+namespace scalify::detail {
+
+template <FloatFormat Format, rounding_mode Rounding, saturation_mode Saturation, class Source>
+[[nodiscard]] constexpr typename Format::storage_type encode(Source x, std::uint32_t random_bits = 0) noexcept
+{
+    using src = ieee_layout<Source>;
+    using uint = typename src::uint;
+    using storage = typename Format::storage_type;
+    constexpr int mantissa_bits = Format::mantissa_bits;
+
+    const uint bits = std::bit_cast<uint>(x);
+    const bool negative = (bits >> (src::total_bits - 1)) != 0;
+    const uint abs_bits = bits & src::abs_mask;
+    const bool is_nan = abs_bits > src::infinity_bits;
+    const int src_field = static_cast<int>(abs_bits >> src::mantissa_bits);
+
+    // Significand with its implicit bit; source subnormals have effective exponent field 1.
+    const uint significand = (abs_bits & src::mantissa_mask) | (src_field != 0 ? src::implicit_bit : uint{0});
+    const int field = (src_field != 0 ? src_field : 1) - src::bias + Format::bias;  // target exponent field
+    const int deficit = Format::min_normal_field - field;  // > 0: below the target's normal range
+    // Bits of the significand below the target's last place; more for target subnormals.
+    const int drop = src::mantissa_bits - mantissa_bits + (deficit > 0 ? deficit : 0);
+    const int drop_clamped = drop < src::total_bits - 1 ? drop : src::total_bits - 1;
+
+    uint kept = significand >> drop_clamped;
+    const uint rest = significand & ((uint{1} << drop_clamped) - 1);
+    if constexpr (Rounding == rounding_mode::nearest_even) {
+        const uint half = uint{1} << (drop_clamped - 1);
+        kept += (rest > half || (rest == half && (kept & 1) != 0)) ? 1 : 0;
+    } else if constexpr (Rounding == rounding_mode::stochastic) {
+        // The discarded fraction of an ulp as a 32-bit fixed-point number: exact while drop <= 32,
+        // truncated (error < 2^-32) for inputs far below the smallest subnormal.
+        const int left = drop <= 32 ? 32 - drop : 0;
+        const int right_wanted = drop > 32 ? drop - 32 : 0;
+        const int right = right_wanted < src::total_bits - 1 ? right_wanted : src::total_bits - 1;
+        const auto fraction = static_cast<std::uint32_t>((rest << left) >> right);
+        kept += random_bits < fraction ? 1 : 0;
+    }
+
+    // kept carries the implicit bit for normals, so adding it to the field below lets a
+    // rounding carry move into the next binade (and a subnormal into the smallest normal).
+    const int base_field = (deficit > 0 ? Format::min_normal_field : field) - 1;
+    int magnitude = base_field * (1 << mantissa_bits) + static_cast<int>(kept);
+    magnitude = magnitude > 0 ? magnitude : 0;  // formats without zero: round up to the smallest value
+
+    const bool overflow = magnitude > static_cast<int>(Format::max_magnitude);
+    const unsigned sign = negative ? Format::sign_mask : 0u;
+    constexpr bool saturates = Saturation == saturation_mode::finite || !Format::has_nan;
+
+    unsigned code = sign | static_cast<unsigned>(magnitude);
+    if constexpr (Format::specials == special_values::nan_negative_zero) {
+        code = magnitude == 0 ? 0u : code;  // no negative zero
+    }
+    if constexpr (saturates) {
+        code = overflow ? (sign | Format::max_magnitude) : code;
+    } else if constexpr (Format::has_infinity) {
+        code = overflow ? (sign | Format::infinity_magnitude) : code;
+    } else if constexpr (Format::specials == special_values::nan_negative_zero) {
+        code = overflow ? Format::canonical_nan : code;
+    } else {
+        code = overflow ? (sign | Format::canonical_nan) : code;
+    }
+
+    // NaN input: the format's NaN with the input's sign where it has one; zero where it has none.
+    unsigned nan_code = sign;
+    if constexpr (Format::specials == special_values::nan_negative_zero) {
+        nan_code = Format::canonical_nan;
+    } else if constexpr (Format::has_nan) {
+        nan_code = sign | Format::canonical_nan;
+    }
+    code = is_nan ? nan_code : code;
+
+    if constexpr (!Format::is_signed) {
+        code = negative ? Format::canonical_nan : code;  // negative values (and -0) have no code
+    }
+    if constexpr (!Format::has_zero) {
+        code = abs_bits == 0 ? Format::canonical_nan : code;  // as ml_dtypes: zero has no code
+    }
+    return static_cast<storage>(code);
+}
+
+/// Exact float value of a code (every format of at most 16 bits with <= 10 mantissa bits fits).
+/// NaN codes give a quiet NaN with the code's sign bit.
+template <FloatFormat Format>
+[[nodiscard]] constexpr float decode(unsigned code) noexcept
+{
+    constexpr int mantissa_bits = Format::mantissa_bits;
+    constexpr std::uint32_t float_nan = 0x7fc00000u;
+    constexpr std::uint32_t float_infinity = 0x7f800000u;
+    const std::uint32_t sign = (code & Format::sign_mask) != 0 ? 0x80000000u : 0u;
+    const unsigned magnitude = code & Format::magnitude_mask;
+
+    std::uint32_t abs_bits = 0;
+    const int field = static_cast<int>(magnitude >> mantissa_bits);
+    const unsigned mantissa = magnitude & Format::mantissa_mask;
+    if (Format::has_zero && field == 0) {
+        abs_bits = std::bit_cast<std::uint32_t>(exact_float(mantissa, 1 - Format::bias - mantissa_bits));
+    } else {
+        abs_bits = std::bit_cast<std::uint32_t>(
+            exact_float((1u << mantissa_bits) | mantissa, field - Format::bias - mantissa_bits));
+    }
+    if constexpr (Format::specials == special_values::nan_negative_zero) {
+        abs_bits = code == Format::canonical_nan ? float_nan : abs_bits;
+    } else if constexpr (Format::specials == special_values::nan_all_ones) {
+        abs_bits = magnitude == Format::magnitude_mask ? float_nan : abs_bits;
+    } else if constexpr (Format::specials == special_values::ieee) {
+        abs_bits = magnitude == Format::infinity_magnitude ? float_infinity
+                   : magnitude > Format::infinity_magnitude ? float_nan
+                                                            : abs_bits;
+    }
+    return std::bit_cast<float>(sign | abs_bits);
+}
+
+}  // namespace scalify::detail

@@ -1,0 +1,37 @@
+#pragma once
+/// \file error.hpp
+/// The exception types of scalify. Every runtime misuse ends in one of them, thrown through
+/// SCALIFY_THROW, with a message that names the offending values.
+
+#include <scalify/config.hpp>
+
+#include <stdexcept>
+#include <string>
+
+namespace scalify {
+
+/// Base of every scalify exception.
+class error : public std::runtime_error {
+public:
+    using std::runtime_error::runtime_error;
+};
+
+/// Sizes or shapes that do not fit together (lengths of spans, array shapes).
+class shape_error : public error {
+public:
+    using error::error;
+};
+
+/// A scale that is negative, NaN, infinite, or not a power of two where one is required.
+class scale_error : public error {
+public:
+    using error::error;
+};
+
+/// An invalid configuration parameter (history length 0, growth factor <= 1, ...).
+class config_error : public error {
+public:
+    using error::error;
+};
+
+}  // namespace scalify

@@ -1,0 +1,13 @@
+#pragma once
+/// \file scalify.hpp
+/// The one include of scalify: scaled tensor arithmetic for low-precision numerics.
+
+#include <scalify/config.hpp>
+#include <scalify/error.hpp>
+#include <scalify/io/format.hpp>
+#include <scalify/numeric/convert.hpp>
+#include <scalify/numeric/eigen.hpp>
+#include <scalify/numeric/format.hpp>
+#include <scalify/numeric/limits.hpp>
+#include <scalify/numeric/minifloat.hpp>
+#include <scalify/numeric/policies.hpp>

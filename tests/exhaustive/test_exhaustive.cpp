@@ -1,0 +1,116 @@
+// Exhaustive sweeps: every one of the 2^32 float32 bit patterns through every rounding and
+// saturation mode of every format, against the vendored truth tables (ml_dtypes, H100) and, for
+// modes without a table, against oracles built from the format's decoded values.
+#include "../support/reference_tables.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <bit>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+using namespace scalify;
+using test::run_cursor;
+
+namespace {
+
+constexpr std::size_t chunk = std::size_t{1} << 20;
+
+struct mismatch_log {
+    std::uint64_t count = 0;
+    std::string first;
+    void add(const char* what, std::uint32_t input, unsigned got, unsigned expected)
+    {
+        if (count++ < 5) {
+            first += std::string(what) + ": input " + std::to_string(input) + " (0x" + fmt::format("{:08x}", input) +
+                     ") gave 0x" + fmt::format("{:02x}", got) + ", expected 0x" + fmt::format("{:02x}", expected) + "\n";
+        }
+    }
+};
+
+template <class T>
+bool is_nan_result(T x)
+{
+    if constexpr (T::format::has_nan) return isnan(x);
+    else return (x.bits() & T::format::magnitude_mask) == 0;  // documented: NaN -> zero
+}
+
+/// Expected code for a non-NaN input under saturate_finite, from the no-saturation code.
+template <class T>
+unsigned saturated(unsigned code, std::uint32_t input)
+{
+    using F = typename T::format;
+    const T value = T::from_bits(static_cast<typename F::storage_type>(code));
+    if (isfinite(value)) return code;
+    if (!F::is_signed) return F::max_magnitude;
+    return (input >> 31) != 0 ? (F::sign_mask | F::max_magnitude) : F::max_magnitude;
+}
+
+/// One sweep over all 2^32 inputs checking five conversions of format T at once.
+template <class T>
+void sweep(const std::string& rne_table, const std::string& satfinite_table = "")
+{
+    using F = typename T::format;
+    const auto rne_runs = test::read_runs("fp8/" + rne_table);
+    const auto sat_runs = satfinite_table.empty() ? rne_runs : test::read_runs("fp8/" + satfinite_table);
+    run_cursor rne_cursor(rne_runs), sat_cursor(sat_runs);
+    test::directed_oracle<F> truncate(false, false), truncate_saturated(false, true);
+
+    std::vector<float> in(chunk);
+    std::vector<T> rne(chunk), sat(chunk), rtz(chunk), rtz_sat(chunk), sr_max(chunk);
+    std::vector<unsigned> rne_expected, sat_expected;
+    mismatch_log log;
+    std::uint64_t nan_inputs = 0;
+
+    for (std::uint64_t begin = 0; begin < (std::uint64_t{1} << 32); begin += chunk) {
+        for (std::size_t i = 0; i < chunk; ++i) in[i] = std::bit_cast<float>(static_cast<std::uint32_t>(begin + i));
+        convert_n<T, round_nearest_even, no_saturation>(std::span<const float>(in), std::span<T>(rne));
+        convert_n<T, round_nearest_even, saturate_finite>(std::span<const float>(in), std::span<T>(sat));
+        convert_n<T, round_toward_zero, no_saturation>(std::span<const float>(in), std::span<T>(rtz));
+        convert_n<T, round_toward_zero, saturate_finite>(std::span<const float>(in), std::span<T>(rtz_sat));
+        for (std::size_t i = 0; i < chunk; ++i) {
+            // All-ones random bits never round up: stochastic rounding must then truncate.
+            sr_max[i] = convert<T, round_stochastic>(in[i], 0xffffffffu);
+        }
+        rne_cursor.fill(begin, chunk, rne_expected);
+        sat_cursor.fill(begin, chunk, sat_expected);
+        for (std::size_t i = 0; i < chunk; ++i) {
+            const auto input = static_cast<std::uint32_t>(begin + i);
+            if ((input & 0x7fffffffu) > 0x7f800000u) {
+                ++nan_inputs;
+                if (!is_nan_result(rne[i])) log.add("rne NaN", input, rne[i].bits(), F::canonical_nan);
+                if (!is_nan_result(sat[i])) log.add("satfinite NaN", input, sat[i].bits(), F::canonical_nan);
+                if (!is_nan_result(rtz[i])) log.add("rtz NaN", input, rtz[i].bits(), F::canonical_nan);
+                if (!is_nan_result(sr_max[i])) log.add("stochastic NaN", input, sr_max[i].bits(), F::canonical_nan);
+                continue;
+            }
+            const unsigned want_sat = satfinite_table.empty() ? saturated<T>(rne_expected[i], input) : sat_expected[i];
+            const unsigned want_rtz = truncate(input);
+            const unsigned want_rtz_sat = truncate_saturated(input);
+            if (rne[i].bits() != rne_expected[i]) log.add("rne", input, rne[i].bits(), rne_expected[i]);
+            if (sat[i].bits() != want_sat) log.add("satfinite", input, sat[i].bits(), want_sat);
+            if (rtz[i].bits() != want_rtz) log.add("rtz", input, rtz[i].bits(), want_rtz);
+            if (rtz_sat[i].bits() != want_rtz_sat) log.add("rtz satfinite", input, rtz_sat[i].bits(), want_rtz_sat);
+            if (sr_max[i].bits() != want_rtz) log.add("stochastic(all ones)", input, sr_max[i].bits(), want_rtz);
+        }
+    }
+    INFO(log.first);
+    CHECK(nan_inputs == 2 * ((std::uint64_t{1} << 23) - 1));
+    CHECK(log.count == 0);
+}
+
+}  // namespace
+
+TEST_CASE("float8_e4m3fn: all float32 inputs", "[exhaustive]") { sweep<float8_e4m3fn>("f32_to_e4m3fn.rne.txt", "f32_to_e4m3fn.satfinite.txt"); }
+TEST_CASE("float8_e5m2: all float32 inputs", "[exhaustive]") { sweep<float8_e5m2>("f32_to_e5m2.rne.txt", "f32_to_e5m2.satfinite.txt"); }
+TEST_CASE("float8_e4m3fnuz: all float32 inputs", "[exhaustive]") { sweep<float8_e4m3fnuz>("f32_to_e4m3fnuz.rne.txt"); }
+TEST_CASE("float8_e5m2fnuz: all float32 inputs", "[exhaustive]") { sweep<float8_e5m2fnuz>("f32_to_e5m2fnuz.rne.txt"); }
+TEST_CASE("float8_e4m3b11fnuz: all float32 inputs", "[exhaustive]") { sweep<float8_e4m3b11fnuz>("f32_to_e4m3b11fnuz.rne.txt"); }
+TEST_CASE("float8_e3m4: all float32 inputs", "[exhaustive]") { sweep<float8_e3m4>("f32_to_e3m4.rne.txt"); }
+TEST_CASE("float8_e4m3: all float32 inputs", "[exhaustive]") { sweep<float8_e4m3>("f32_to_e4m3.rne.txt"); }
+TEST_CASE("float8_e8m0fnu: all float32 inputs", "[exhaustive]") { sweep<float8_e8m0fnu>("f32_to_e8m0fnu.rne.txt"); }
+TEST_CASE("float6_e2m3fn: all float32 inputs", "[exhaustive]") { sweep<float6_e2m3fn>("f32_to_e2m3fn.rne.txt"); }
+TEST_CASE("float6_e3m2fn: all float32 inputs", "[exhaustive]") { sweep<float6_e3m2fn>("f32_to_e3m2fn.rne.txt"); }
+TEST_CASE("float4_e2m1fn: all float32 inputs", "[exhaustive]") { sweep<float4_e2m1fn>("f32_to_e2m1fn.rne.txt"); }
