@@ -96,10 +96,7 @@ void fake_quantize(benchmark::State& state)
 {
     std::vector<float> out(n);
     for (auto _ : state) {
-        const auto& in = inputs();
-        for (std::size_t i = 0; i < n; ++i) {
-            out[i] = static_cast<float>(convert<float8_e4m3fn, round_nearest_even, saturate_finite>(in[i]));
-        }
+        fake_quantize_n<float8_e4m3fn, round_nearest_even, saturate_finite>(inputs(), out);
         benchmark::DoNotOptimize(out.data());
         benchmark::ClobberMemory();
     }

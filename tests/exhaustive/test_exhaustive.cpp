@@ -44,6 +44,8 @@ unsigned saturated(unsigned code, std::uint32_t input)
     using F = typename T::format;
     const T value = T::from_bits(static_cast<typename F::storage_type>(code));
     if (isfinite(value)) return code;
+    // Values with no code at all (negatives of unsigned formats, zero without a zero) stay NaN.
+    if (!F::is_signed && ((input >> 31) != 0 || input == 0)) return code;
     if (!F::is_signed) return F::max_magnitude;
     return (input >> 31) != 0 ? (F::sign_mask | F::max_magnitude) : F::max_magnitude;
 }

@@ -3,6 +3,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <numeric>
@@ -131,4 +132,26 @@ TEST_CASE("stochastic rounding across the 2^32 index boundary", "[stochastic]")
     convert_n<float8_e4m3fn, round_stochastic>(std::span<const float>(in).subspan(20), std::span(split).subspan(20), 5,
                                                first + 20);
     for (std::size_t i = 0; i < 64; ++i) CHECK(whole[i].bits() == split[i].bits());
+}
+
+TEMPLATE_TEST_CASE("fake_quantize_n equals encode then decode", "[convert_n]", float8_e4m3fn, float8_e5m2,
+                   float8_e4m3fnuz, float8_e5m2fnuz, float8_e4m3b11fnuz, float8_e3m4, float8_e4m3, float6_e2m3fn,
+                   float6_e3m2fn, float4_e2m1fn)
+{
+    // Every code decodes alike through the table and the branch-free path.
+    for (unsigned c = 0; c < (1u << TestType::format::total_bits); ++c) {
+        const float table = static_cast<float>(TestType::from_bits(static_cast<std::uint8_t>(c)));
+        const float computed = detail::decode_branchless<typename TestType::format>(c);
+        CHECK((std::bit_cast<std::uint32_t>(table) == std::bit_cast<std::uint32_t>(computed) ||
+               (std::isnan(table) && std::isnan(computed))));
+    }
+    std::vector<float> in{0.0f, -0.0f, NAN, INFINITY, -INFINITY, 1e-30f, -1e30f};
+    for (int i = -2000; i <= 2000; ++i) in.push_back(std::ldexp(static_cast<float>(i) * 0.7919f, i % 23));
+    std::vector<float> out(in.size());
+    fake_quantize_n<TestType, round_nearest_even, saturate_finite>(in, out);
+    for (std::size_t i = 0; i < in.size(); ++i) {
+        const float expected = static_cast<float>(convert<TestType, round_nearest_even, saturate_finite>(in[i]));
+        CHECK((std::bit_cast<std::uint32_t>(out[i]) == std::bit_cast<std::uint32_t>(expected) ||
+               (std::isnan(out[i]) && std::isnan(expected))));
+    }
 }

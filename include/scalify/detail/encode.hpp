@@ -124,4 +124,39 @@ template <FloatFormat Format>
     return std::bit_cast<float>(sign | abs_bits);
 }
 
+/// decode() without branches or table, for bulk loops that the compiler should vectorise
+/// (fake quantisation). Formats with a zero only; every value, subnormals included, is a normal
+/// float32, so the one multiplication is exact and immune to FTZ/DAZ.
+template <FloatFormat Format>
+[[nodiscard]] constexpr float decode_branchless(unsigned code) noexcept
+{
+    static_assert(Format::has_zero && Format::bias - 1 + Format::mantissa_bits < 126,
+                  "decode_branchless needs a format whose subnormals are normal float32 values");
+    constexpr int mantissa_bits = Format::mantissa_bits;
+    const std::uint32_t sign = (code & Format::sign_mask) != 0 ? 0x80000000u : 0u;
+    const unsigned magnitude = code & Format::magnitude_mask;
+    const unsigned field = magnitude >> mantissa_bits;
+    const unsigned mantissa = magnitude & Format::mantissa_mask;
+    const std::uint32_t normal = ((field + 127u - static_cast<unsigned>(Format::bias)) << 23) | (mantissa << (23 - mantissa_bits));
+    // mantissa * 2^(1 - bias - M), normalised in integers: its leading bit position by M compares.
+    // (An int->float conversion or FP multiply would keep GCC from if-converting the loop.)
+    unsigned top = 0;
+    for (int bit = 1; bit < mantissa_bits; ++bit) top += mantissa >= (1u << bit) ? 1u : 0u;
+    const std::uint32_t subnormal =
+        mantissa == 0 ? 0u
+                      : ((top + 128u - static_cast<unsigned>(Format::bias + mantissa_bits)) << 23) |
+                            ((mantissa << (23 - top)) & 0x7fffffu);
+    std::uint32_t abs_bits = field == 0 ? subnormal : normal;
+    if constexpr (Format::specials == special_values::nan_negative_zero) {
+        abs_bits = code == Format::canonical_nan ? 0x7fc00000u : abs_bits;
+    } else if constexpr (Format::specials == special_values::nan_all_ones) {
+        abs_bits = magnitude == Format::magnitude_mask ? 0x7fc00000u : abs_bits;
+    } else if constexpr (Format::specials == special_values::ieee) {
+        abs_bits = magnitude == Format::infinity_magnitude ? 0x7f800000u
+                   : magnitude > Format::infinity_magnitude ? 0x7fc00000u
+                                                            : abs_bits;
+    }
+    return std::bit_cast<float>(sign | abs_bits);
+}
+
 }  // namespace scalify::detail

@@ -91,6 +91,13 @@ constexpr void check_ranges(const In& in, const Out& out)
     }
 }
 
+/// The common length; never more than either range holds, even if a user's SCALIFY_THROW returns.
+template <class In, class Out>
+[[nodiscard]] constexpr std::size_t checked_size(const In& in, const Out& out) noexcept
+{
+    return std::min<std::size_t>(std::ranges::size(in), std::ranges::size(out));
+}
+
 }  // namespace detail
 
 /// One value, deterministic rounding. From: float, double, an integer, a minifloat,
@@ -124,7 +131,7 @@ void convert_n(In&& in, Out&& out)
     detail::check_ranges<target>(in, out);
     const auto* source = std::ranges::data(in);
     auto* destination = std::ranges::data(out);
-    const std::size_t n = std::ranges::size(in);
+    const std::size_t n = detail::checked_size(in, out);
     for (std::size_t i = 0; i < n; ++i) {
         destination[i] = detail::convert_one<target, Rounding::mode, Saturation::mode>(source[i], 0);
     }
@@ -141,7 +148,7 @@ void convert_n(In&& in, Out&& out, std::uint64_t seed, std::uint64_t first_index
     detail::check_ranges<To>(in, out);
     const auto* source = std::ranges::data(in);
     auto* destination = std::ranges::data(out);
-    const std::size_t n = std::ranges::size(in);
+    const std::size_t n = detail::checked_size(in, out);
     const detail::counter_random random(seed);
     std::size_t done = 0;
     while (done < n) {
@@ -158,6 +165,24 @@ void convert_n(In&& in, Out&& out, std::uint64_t seed, std::uint64_t first_index
                 block_source[i], block(low + static_cast<std::uint32_t>(i)));
         }
         done += count;
+    }
+}
+
+/// Quantise-dequantise ("fake quantisation"): out[i] = float(convert<T, Rounding, Saturation>(in[i])),
+/// in one vectorisable loop with no table lookups. T: a minifloat format that has a zero.
+template <class T, RoundingPolicy Rounding = round_nearest_even, SaturationPolicy Saturation = no_saturation,
+          std::ranges::contiguous_range In, std::ranges::contiguous_range Out>
+    requires DeterministicRounding<Rounding> && Minifloat<T> &&
+             std::same_as<std::ranges::range_value_t<In>, float> && std::same_as<std::ranges::range_value_t<Out>, float>
+void fake_quantize_n(In&& in, Out&& out)
+{
+    using F = typename T::format;
+    detail::check_ranges<float>(in, out);
+    const float* source = std::ranges::data(in);
+    float* destination = std::ranges::data(out);
+    const std::size_t n = detail::checked_size(in, out);
+    for (std::size_t i = 0; i < n; ++i) {
+        destination[i] = detail::decode_branchless<F>(detail::encode<F, Rounding::mode, Saturation::mode>(source[i]));
     }
 }
 
