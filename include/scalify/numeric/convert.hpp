@@ -182,7 +182,11 @@ void fake_quantize_n(In&& in, Out&& out)
     float* destination = std::ranges::data(out);
     const std::size_t n = detail::checked_size(in, out);
     for (std::size_t i = 0; i < n; ++i) {
-        destination[i] = detail::decode_branchless<F>(detail::encode<F, Rounding::mode, Saturation::mode>(source[i]));
+        if constexpr (detail::has_fast_fake_quantize<F, Rounding::mode>) {
+            destination[i] = detail::fake_quantize<F, Rounding::mode, Saturation::mode>(source[i]);
+        } else {
+            destination[i] = detail::decode_branchless<F>(detail::encode<F, Rounding::mode, Saturation::mode>(source[i]));
+        }
     }
 }
 
