@@ -11,3 +11,11 @@
 #include <scalify/numeric/limits.hpp>
 #include <scalify/numeric/minifloat.hpp>
 #include <scalify/numeric/policies.hpp>
+#include <scalify/ops/elementwise.hpp>
+#include <scalify/ops/matmul.hpp>
+#include <scalify/ops/nn.hpp>
+#include <scalify/ops/reduce.hpp>
+#include <scalify/ops/result.hpp>
+#include <scalify/ops/shape.hpp>
+#include <scalify/scaled_array.hpp>
+#include <scalify/strategy/scaling.hpp>

@@ -1,0 +1,375 @@
+#pragma once
+/// \file elementwise.hpp
+/// Element-wise scaled primitives: add, sub, mul, div, maximum, minimum, where (numpy
+/// broadcasting), neg, abs, relu, gelu, exp, log, sqrt, and the scale-only ops
+/// rebalance_scale and cast. Each computes in compute_t (float, or double for double data) and
+/// stores once; docs/ops.md gives every scale rule.
+///
+///     auto c = add(a, b);                        // scale max(sa, sb), default_scaling
+///     auto d = add<unit_scaling>(a, b);          // scale sqrt(sa^2 + sb^2)
+///     auto e = mul<default_scaling, float>(a, b);  // result data stored as float
+
+#include <scalify/numeric/convert.hpp>
+#include <scalify/ops/result.hpp>
+
+#include <cmath>
+#include <cstdint>
+#include <span>
+#include <utility>
+
+namespace scalify {
+
+namespace detail {
+
+template <class C>
+[[nodiscard]] constexpr C nan_max(C x, C y) noexcept
+{
+    return (x != x || x > y) ? x : y;  // numpy.maximum: NaN in either operand propagates
+}
+
+template <class C>
+[[nodiscard]] constexpr C nan_min(C x, C y) noexcept
+{
+    return (x != x || x < y) ? x : y;
+}
+
+/// Binary op whose raw result is f(x * ka, y * kb) with natural scale `natural`.
+template <class Op, class Strategy, class Out, class A, class PA, class B, class PB, class F>
+[[nodiscard]] auto binary(const char* op, const ScaledArray<A, PA>& a, const ScaledArray<B, PB>& b, float ka,
+                          float kb, scale_request request, F f)
+{
+    using C = std::common_type_t<compute_t<A>, compute_t<B>>;
+    using R = out_or_t<Out, promote_t<A, B>>;
+    using P = common_policy_t<PA, PB>;
+    static_assert(ScaledElement<R>, "the output type must be float, double, a minifloat, Eigen::half or Eigen::bfloat16");
+    const auto shape = broadcast_shapes(op, a.shape(), b.shape());
+    xt::xarray<A> a_storage;
+    xt::xarray<B> b_storage;
+    const A* pa = broadcast_to(a.data(), shape, a_storage).data();
+    const B* pb = broadcast_to(b.data(), shape, b_storage).data();
+    const C ca = static_cast<C>(ka), cb = static_cast<C>(kb);
+    request.input_scales[0] = a.scale();
+    request.input_scales[1] = b.scale();
+    request.input_count = 2;
+    return finish<Op, Strategy, P, R, C>(op, shape, request, [=](std::size_t i) {
+        return f(scaled_load(pa[i], ca), scaled_load(pb[i], cb));
+    });
+}
+
+/// add/sub/maximum/minimum/where: both operands brought to m = max(sa, sb).
+template <class Op, class Strategy, class Out, class A, class PA, class B, class PB, class F>
+[[nodiscard]] auto common_scale_binary(const char* op, const ScaledArray<A, PA>& a, const ScaledArray<B, PB>& b, F f)
+{
+    const float m = std::max(a.scale(), b.scale());
+    scale_request request;
+    request.natural = m;
+    const float ka = m == 0.0f ? 0.0f : static_cast<float>(double(a.scale()) / m);
+    const float kb = m == 0.0f ? 0.0f : static_cast<float>(double(b.scale()) / m);
+    return binary<Op, Strategy, Out>(op, a, b, ka, kb, request, f);
+}
+
+/// Unary op with raw = f(data) and the given natural scale.
+template <class Op, class Strategy, class Out, class T, class P, class F>
+[[nodiscard]] auto unary(const char* op, const ScaledArray<T, P>& a, float natural, F f)
+{
+    using C = compute_t<T>;
+    using R = out_or_t<Out, T>;
+    const T* pa = a.data().data();
+    scale_request request;
+    request.natural = natural;
+    request.input_scales[0] = a.scale();
+    return finish<Op, Strategy, P, R, C>(op, a.shape(), request, [=](std::size_t i) { return f(load(pa[i])); });
+}
+
+}  // namespace detail
+
+// ---- binary -----------------------------------------------------------------------------------
+
+/// a + b. Natural scale max(sa, sb); the other operand is rescaled into it.
+template <class Strategy = default_scaling, class Out = void, class A, class PA, class B, class PB>
+[[nodiscard]] auto add(const ScaledArray<A, PA>& a, const ScaledArray<B, PB>& b)
+{
+    return detail::common_scale_binary<ops::add, Strategy, Out>("add", a, b, [](auto x, auto y) { return x + y; });
+}
+
+/// a - b. As add.
+template <class Strategy = default_scaling, class Out = void, class A, class PA, class B, class PB>
+[[nodiscard]] auto sub(const ScaledArray<A, PA>& a, const ScaledArray<B, PB>& b)
+{
+    return detail::common_scale_binary<ops::sub, Strategy, Out>("sub", a, b, [](auto x, auto y) { return x - y; });
+}
+
+/// Element-wise maximum (NaN propagates). Natural scale max(sa, sb); a zero-scale operand is
+/// zeros, so maximum(a, zeros) is relu(a) at a's scale.
+template <class Strategy = default_scaling, class Out = void, class A, class PA, class B, class PB>
+[[nodiscard]] auto maximum(const ScaledArray<A, PA>& a, const ScaledArray<B, PB>& b)
+{
+    return detail::common_scale_binary<ops::maximum, Strategy, Out>("maximum", a, b,
+                                                                    [](auto x, auto y) { return detail::nan_max(x, y); });
+}
+
+/// Element-wise minimum (NaN propagates). As maximum.
+template <class Strategy = default_scaling, class Out = void, class A, class PA, class B, class PB>
+[[nodiscard]] auto minimum(const ScaledArray<A, PA>& a, const ScaledArray<B, PB>& b)
+{
+    return detail::common_scale_binary<ops::minimum, Strategy, Out>("minimum", a, b,
+                                                                    [](auto x, auto y) { return detail::nan_min(x, y); });
+}
+
+/// a * b. Natural scale sa * sb; the data multiply as they are.
+template <class Strategy = default_scaling, class Out = void, class A, class PA, class B, class PB>
+[[nodiscard]] auto mul(const ScaledArray<A, PA>& a, const ScaledArray<B, PB>& b)
+{
+    scale_request request;
+    request.natural = static_cast<float>(double(a.scale()) * b.scale());
+    const float ka = a.scale() == 0.0f ? 0.0f : 1.0f, kb = b.scale() == 0.0f ? 0.0f : 1.0f;
+    return detail::binary<ops::mul, Strategy, Out>("mul", a, b, ka, kb, request, [](auto x, auto y) { return x * y; });
+}
+
+/// a / b. Natural scale sa / sb. Dividing by a zero-scale (zero) array gives IEEE x/0: +-inf,
+/// or NaN where a is also zero (the result then has scale 1).
+template <class Strategy = default_scaling, class Out = void, class A, class PA, class B, class PB>
+[[nodiscard]] auto div(const ScaledArray<A, PA>& a, const ScaledArray<B, PB>& b)
+{
+    scale_request request;
+    if (b.scale() == 0.0f) {
+        request.natural = 1.0f;
+        return detail::binary<ops::div, Strategy, Out>("div", a, b, a.scale(), 0.0f, request,
+                                                        [](auto x, auto y) { return x / y; });
+    }
+    request.natural = static_cast<float>(double(a.scale()) / b.scale());
+    const float ka = a.scale() == 0.0f ? 0.0f : 1.0f;
+    return detail::binary<ops::div, Strategy, Out>("div", a, b, ka, 1.0f, request, [](auto x, auto y) { return x / y; });
+}
+
+namespace detail {
+template <class Strategy, class Out, class A, class PA, class B, class PB>
+[[nodiscard]] auto where(const xt::xarray<bool>& cond, const ScaledArray<A, PA>& a, const ScaledArray<B, PB>& b);
+}  // namespace detail
+
+/// cond ? a : b, with numpy broadcasting over all three. Natural scale max(sa, sb). cond is an
+/// evaluated xt::xarray<bool>. (Three reference overloads and forwarding references so that,
+/// found by ADL next to xt::where, this one is the better match.)
+template <class Strategy = default_scaling, class Out = void, AnyScaledArray SA, AnyScaledArray SB>
+[[nodiscard]] auto where(const xt::xarray<bool>& cond, SA&& a, SB&& b)
+{
+    return detail::where<Strategy, Out>(cond, a, b);
+}
+template <class Strategy = default_scaling, class Out = void, AnyScaledArray SA, AnyScaledArray SB>
+[[nodiscard]] auto where(xt::xarray<bool>& cond, SA&& a, SB&& b)
+{
+    return detail::where<Strategy, Out>(std::as_const(cond), a, b);
+}
+template <class Strategy = default_scaling, class Out = void, AnyScaledArray SA, AnyScaledArray SB>
+[[nodiscard]] auto where(xt::xarray<bool>&& cond, SA&& a, SB&& b)
+{
+    return detail::where<Strategy, Out>(std::as_const(cond), a, b);
+}
+
+template <class Strategy, class Out, class A, class PA, class B, class PB>
+[[nodiscard]] auto detail::where(const xt::xarray<bool>& cond, const ScaledArray<A, PA>& a, const ScaledArray<B, PB>& b)
+{
+    const auto shape = detail::broadcast_shapes("where", cond.shape(), detail::broadcast_shapes("where", a.shape(), b.shape()));
+    xt::xarray<bool> cond_storage;
+    const bool* pc = detail::broadcast_to(cond, shape, cond_storage).data();
+    xt::xarray<A> a_storage;
+    xt::xarray<B> b_storage;
+    const A* pa = detail::broadcast_to(a.data(), shape, a_storage).data();
+    const B* pb = detail::broadcast_to(b.data(), shape, b_storage).data();
+    const float m = std::max(a.scale(), b.scale());
+    scale_request request;
+    request.natural = m;
+    request.input_scales[0] = a.scale();
+    request.input_scales[1] = b.scale();
+    request.input_count = 2;
+    using C = std::common_type_t<compute_t<A>, compute_t<B>>;
+    using R = detail::out_or_t<Out, promote_t<A, B>>;
+    const C ka = m == 0.0f ? C(0) : static_cast<C>(double(a.scale()) / m);
+    const C kb = m == 0.0f ? C(0) : static_cast<C>(double(b.scale()) / m);
+    return detail::finish<ops::where, Strategy, common_policy_t<PA, PB>, R, C>("where", shape, request, [=](std::size_t i) {
+        return pc[i] ? detail::scaled_load(pa[i], ka) : detail::scaled_load(pb[i], kb);
+    });
+}
+
+// ---- with a scalar ------------------------------------------------------------------------------
+
+namespace detail {
+
+/// x * c: |c| folds into the scale (under pow2_scale only its power-of-two part; the rest, in
+/// [1, 2), multiplies the data), its sign into the data. c = 0 gives a zero array; c inf or NaN
+/// multiplies the data (results inf/NaN as IEEE).
+template <class T, class P>
+[[nodiscard]] ScaledArray<T, P> scale_by(const char* op, const ScaledArray<T, P>& a, double c)
+{
+    using C = compute_t<T>;
+    if (c == 0.0) return ScaledArray<T, P>(a.data(), 0.0f);
+    double fold = std::abs(c);
+    double data_factor = c < 0 ? -1.0 : 1.0;
+    if (!std::isfinite(c)) {
+        fold = 1.0;
+        data_factor = c;
+    } else if constexpr (P::power_of_two) {
+        int exponent = 0;
+        const double mantissa = std::frexp(fold, &exponent);  // fold = mantissa * 2^exponent
+        fold = std::ldexp(1.0, exponent - 1);
+        data_factor *= 2.0 * mantissa;
+    }
+    const double scale = double(a.scale()) * fold;
+    if (!(scale <= double(std::numeric_limits<float>::max()))) {
+        SCALIFY_THROW(scale_error(fmt::format("{}: scale {} times {} overflows float32", op, a.scale(), c)));
+    }
+    if (data_factor == 1.0) return ScaledArray<T, P>(a.data(), static_cast<float>(scale));
+    xt::xarray<T> data = xt::xarray<T>::from_shape(a.shape());
+    const T* in = a.data().data();
+    T* out = data.data();
+    const auto k = static_cast<C>(data_factor);
+    for (std::size_t i = 0; i < a.size(); ++i) out[i] = store<T>(load(in[i]) * k);
+    return ScaledArray<T, P>(std::move(data), static_cast<float>(scale));
+}
+
+}  // namespace detail
+
+/// a * c for a scalar c: folds into the scale (see detail::scale_by); data unchanged for c > 0
+/// under float_scale and for powers of two under pow2_scale.
+template <class T, class P>
+[[nodiscard]] ScaledArray<T, P> mul(const ScaledArray<T, P>& a, double c)
+{
+    return detail::scale_by("mul", a, c);
+}
+template <class T, class P>
+[[nodiscard]] ScaledArray<T, P> mul(double c, const ScaledArray<T, P>& a)
+{
+    return detail::scale_by("mul", a, c);
+}
+/// a / c for a scalar c: as mul(a, 1 / c), with 1 / c formed in double.
+template <class T, class P>
+[[nodiscard]] ScaledArray<T, P> div(const ScaledArray<T, P>& a, double c)
+{
+    return detail::scale_by("div", a, 1.0 / c);
+}
+
+// ---- unary --------------------------------------------------------------------------------------
+
+/// -a: data negated, scale kept.
+template <class Strategy = default_scaling, class T, class P>
+[[nodiscard]] ScaledArray<T, P> neg(const ScaledArray<T, P>& a)
+{
+    return detail::unary<ops::neg, Strategy, T>("neg", a, a.scale(), [](auto x) { return -x; });
+}
+
+/// |a|: scale kept.
+template <class Strategy = default_scaling, class T, class P>
+[[nodiscard]] ScaledArray<T, P> abs(const ScaledArray<T, P>& a)
+{
+    return detail::unary<ops::abs, Strategy, T>("abs", a, a.scale(), [](auto x) { return x < 0 ? -x : x; });
+}
+
+/// max(a, 0) (NaN propagates): scale kept, since relu never grows a magnitude.
+template <class Strategy = default_scaling, class T, class P>
+[[nodiscard]] ScaledArray<T, P> relu(const ScaledArray<T, P>& a)
+{
+    return detail::unary<ops::relu, Strategy, T>("relu", a, a.scale(), [](auto x) { return x > 0 || x != x ? x : decltype(x)(0); });
+}
+
+/// x * Phi(x), the exact (erf) form, computed on the value: scale kept, since |gelu(x)| <= |x|.
+template <class Strategy = default_scaling, class T, class P>
+[[nodiscard]] ScaledArray<T, P> gelu(const ScaledArray<T, P>& a)
+{
+    using C = compute_t<T>;
+    const C s = static_cast<C>(a.scale());
+    return detail::unary<ops::gelu, Strategy, T>("gelu", a, a.scale(), [s](C x) {
+        const C v = x * s;
+        return C(0.5) * x * (C(1) + std::erf(v * C(0.70710678118654752440)));
+    });
+}
+
+/// e^a, computed on the value in float; natural scale 1, since exp's output range does not
+/// depend on the input's scale (use dynamic_abs to fit it to a format).
+template <class Strategy = default_scaling, class T, class P>
+[[nodiscard]] ScaledArray<T, P> exp(const ScaledArray<T, P>& a)
+{
+    using C = compute_t<T>;
+    const C s = static_cast<C>(a.scale());
+    return detail::unary<ops::exp, Strategy, T>("exp", a, 1.0f, [s](C x) { return s == C(0) ? C(1) : std::exp(x * s); });
+}
+
+/// log(a) = log(data) + log(scale): the scale enters additively, so the result has natural
+/// scale 1. Zero gives -inf, negatives NaN.
+template <class Strategy = default_scaling, class T, class P>
+[[nodiscard]] ScaledArray<T, P> log(const ScaledArray<T, P>& a)
+{
+    using C = compute_t<T>;
+    const C log_scale = a.scale() == 0.0f ? C(0) : static_cast<C>(std::log(double(a.scale())));
+    const bool zero = a.scale() == 0.0f;
+    return detail::unary<ops::log, Strategy, T>("log", a, 1.0f, [=](C x) {
+        return zero ? -std::numeric_limits<C>::infinity() : std::log(x) + log_scale;
+    });
+}
+
+/// sqrt(a) = sqrt(data) * sqrt(scale). Under pow2_scale sqrt(scale) is exact for an even
+/// exponent; for an odd one the scale rounds to a power of two and sqrt(2)^+-1 folds into the data.
+template <class Strategy = default_scaling, class T, class P>
+[[nodiscard]] ScaledArray<T, P> sqrt(const ScaledArray<T, P>& a)
+{
+    const auto natural = static_cast<float>(std::sqrt(double(a.scale())));
+    return detail::unary<ops::sqrt, Strategy, T>("sqrt", a, natural, [](auto x) { return std::sqrt(x); });
+}
+
+// ---- scale only ---------------------------------------------------------------------------------
+
+/// Same value, scale multiplied by `factor` and data divided by it (exact for a power of two
+/// barring data over/underflow). factor must be finite and > 0, and a power of two under pow2_scale.
+template <class T, class P>
+[[nodiscard]] ScaledArray<T, P> rebalance_scale(const ScaledArray<T, P>& a, float factor)
+{
+    if (!(factor > 0.0f) || !std::isfinite(factor)) {
+        SCALIFY_THROW(scale_error(fmt::format("rebalance_scale: factor must be finite and > 0, got {}", factor)));
+    }
+    if constexpr (P::power_of_two) {
+        if (!is_pow2_or_zero(factor)) {
+            SCALIFY_THROW(scale_error(fmt::format("rebalance_scale: pow2_scale needs a power-of-two factor, got {}", factor)));
+        }
+    }
+    const double scale = double(a.scale()) * factor;
+    if (!(scale <= double(std::numeric_limits<float>::max()))) {
+        SCALIFY_THROW(scale_error(fmt::format("rebalance_scale: scale {} times {} overflows float32", a.scale(), factor)));
+    }
+    using C = compute_t<T>;
+    xt::xarray<T> data = xt::xarray<T>::from_shape(a.shape());
+    const T* in = a.data().data();
+    T* out = data.data();
+    const C k = static_cast<C>(1.0 / double(factor));
+    for (std::size_t i = 0; i < a.size(); ++i) out[i] = detail::store<T>(detail::load(in[i]) * k);
+    return ScaledArray<T, P>(std::move(data), static_cast<float>(scale));
+}
+
+/// Data converted to U with the given rounding and saturation; scale forwarded, no rescale.
+template <ScaledElement U, RoundingPolicy Rounding = round_nearest_even, SaturationPolicy Saturation = no_saturation,
+          class T, class P>
+    requires DeterministicRounding<Rounding>
+[[nodiscard]] ScaledArray<U, P> cast(const ScaledArray<T, P>& a)
+{
+    xt::xarray<U> data = xt::xarray<U>::from_shape(a.shape());
+    if constexpr (std::same_as<U, T>) {
+        data = a.data();
+    } else if constexpr (EncodedFloat<U>) {
+        convert_n<U, Rounding, Saturation>(std::span<const T>(a.data().data(), a.size()), std::span<U>(data.data(), a.size()));
+    } else {
+        for (std::size_t i = 0; i < a.size(); ++i) data.data()[i] = static_cast<U>(detail::load(a.data().data()[i]));
+    }
+    return ScaledArray<U, P>(std::move(data), a.scale());
+}
+
+/// Stochastic cast: element i rounds with the counter-based random bits at (seed, i), so the
+/// result depends only on the data and the seed.
+template <ScaledElement U, RoundingPolicy Rounding, SaturationPolicy Saturation = no_saturation, class T, class P>
+    requires StochasticRounding<Rounding> && EncodedFloat<U>
+[[nodiscard]] ScaledArray<U, P> cast(const ScaledArray<T, P>& a, std::uint64_t seed)
+{
+    xt::xarray<U> data = xt::xarray<U>::from_shape(a.shape());
+    convert_n<U, Rounding, Saturation>(std::span<const T>(a.data().data(), a.size()), std::span<U>(data.data(), a.size()),
+                                       seed);
+    return ScaledArray<U, P>(std::move(data), a.scale());
+}
+
+}  // namespace scalify

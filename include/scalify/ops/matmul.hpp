@@ -1,0 +1,95 @@
+#pragma once
+/// \file matmul.hpp
+/// matmul of 2-D ScaledArrays through Eigen's GEMM. Operands that are not float (minifloats,
+/// half, bfloat16) are decoded whole into float panels first, then one sgemm accumulates in
+/// float32 (double for double data); never element-by-element dot products. With a static
+/// strategy the rescale natural/scale is GEMM's alpha, so a float x float matmul costs one
+/// sgemm. Natural scale sa * sb; default_scaling multiplies it by sqrt(K).
+///
+///     auto y = matmul(x, w);                                  // data = x.w / sqrt(K)
+///     auto z = matmul<dynamic_abs<float8_e4m3fn>, float8_e4m3fn>(x, w);
+
+#include <scalify/ops/result.hpp>
+
+#include <Eigen/Core>
+
+#include <cstddef>
+#include <type_traits>
+
+namespace scalify {
+
+namespace detail {
+
+template <class C>
+using row_major_matrix = Eigen::Matrix<C, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+
+/// Operand as a row-major C matrix: a map over the data when T is C, else a decoded copy
+/// (held in `panel`).
+template <class C, class T>
+[[nodiscard]] Eigen::Map<const row_major_matrix<C>> as_matrix(const xt::xarray<T>& data, row_major_matrix<C>& panel)
+{
+    const auto rows = static_cast<Eigen::Index>(data.shape()[0]);
+    const auto cols = static_cast<Eigen::Index>(data.shape()[1]);
+    if constexpr (std::same_as<T, C>) {
+        return Eigen::Map<const row_major_matrix<C>>(data.data(), rows, cols);
+    } else {
+        panel.resize(rows, cols);
+        const T* in = data.data();
+        C* out = panel.data();
+        const std::size_t n = data.size();
+        for (std::size_t i = 0; i < n; ++i) out[i] = load(in[i]);
+        return Eigen::Map<const row_major_matrix<C>>(panel.data(), rows, cols);
+    }
+}
+
+}  // namespace detail
+
+/// a (M x K) times b (K x N). shape_error unless both are 2-D with matching inner dimensions.
+template <class Strategy = default_scaling, class Out = void, class A, class PA, class B, class PB>
+[[nodiscard]] auto matmul(const ScaledArray<A, PA>& a, const ScaledArray<B, PB>& b)
+{
+    using C = std::common_type_t<compute_t<A>, compute_t<B>>;
+    using R = detail::out_or_t<Out, promote_t<A, B>>;
+    using P = common_policy_t<PA, PB>;
+    static_assert(ScalingStrategy<Strategy>, "the Strategy argument does not satisfy scalify::ScalingStrategy");
+    if (a.dimension() != 2 || b.dimension() != 2 || a.shape()[1] != b.shape()[0]) {
+        SCALIFY_THROW(shape_error(fmt::format("matmul: shapes {} and {} do not multiply (need (M, K) and (K, N))",
+                                              shape_string(a.shape()), shape_string(b.shape()))));
+    }
+    const std::size_t m = a.shape()[0], k = a.shape()[1], n = b.shape()[1];
+    detail::row_major_matrix<C> a_panel, b_panel;
+    const auto lhs = detail::as_matrix<C>(a.data(), a_panel);
+    const auto rhs = detail::as_matrix<C>(b.data(), b_panel);
+
+    scale_request request;
+    request.natural = static_cast<float>(double(a.scale()) * b.scale());
+    request.input_scales[0] = a.scale();
+    request.input_scales[1] = b.scale();
+    request.input_count = 2;
+    request.contraction = k;
+    const std::vector<std::size_t> shape{m, n};
+
+    if constexpr (!Strategy::needs_amax && std::same_as<R, C>) {
+        // Static scale: fold natural / scale into GEMM's alpha and write straight into the result.
+        const float scale = detail::checked_output_scale<P>(
+            scaling_traits<ops::matmul, Strategy>::template output_scale<P>(request), "matmul", request);
+        xt::xarray<R> data = xt::xarray<R>::from_shape(shape);
+        Eigen::Map<detail::row_major_matrix<C>> result(data.data(), static_cast<Eigen::Index>(m), static_cast<Eigen::Index>(n));
+        if (scale == 0.0f || request.natural == 0.0f || k == 0) {
+            result.setZero();
+        } else {
+            const auto alpha = static_cast<C>(double(request.natural) / double(scale));
+            result.noalias() = (alpha * lhs) * rhs;
+        }
+        return ScaledArray<R, P>(std::move(data), request.natural == 0.0f ? 0.0f : scale);
+    } else {
+        detail::row_major_matrix<C> product(static_cast<Eigen::Index>(m), static_cast<Eigen::Index>(n));
+        if (k == 0) product.setZero();
+        else product.noalias() = lhs * rhs;
+        const C* raw = product.data();
+        return detail::finish<ops::matmul, Strategy, P, R, C>("matmul", shape, request,
+                                                              [raw](std::size_t i) { return raw[i]; });
+    }
+}
+
+}  // namespace scalify

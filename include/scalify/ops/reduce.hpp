@@ -1,0 +1,137 @@
+#pragma once
+/// \file reduce.hpp
+/// Reductions: reduce_sum (natural scale s; default_scaling grows it by sqrt(N) for N summed
+/// elements, so a sum of unit-variance data stays unit variance) and reduce_max (scale kept).
+/// Over all elements (a 0-d result) or over the listed axes. Sums accumulate in compute_t.
+///
+///     auto total = reduce_sum(a);          // shape ()
+///     auto rows  = reduce_max(a, {1});     // one per row
+
+#include <scalify/ops/result.hpp>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <vector>
+
+namespace scalify {
+
+namespace detail {
+
+/// Output shape and strides of a reduction over `axes` (sorted, unique, in range or shape_error).
+struct reduction_plan {
+    std::vector<std::size_t> out_shape;
+    std::vector<std::size_t> axes;
+    std::size_t count = 1;  ///< elements per output
+};
+
+template <class Shape>
+[[nodiscard]] reduction_plan plan_reduction(const char* op, const Shape& shape, std::vector<std::size_t> axes)
+{
+    reduction_plan plan;
+    std::sort(axes.begin(), axes.end());
+    for (std::size_t i = 0; i < axes.size(); ++i) {
+        if (axes[i] >= shape.size() || (i > 0 && axes[i] == axes[i - 1])) {
+            SCALIFY_THROW(shape_error(fmt::format("{}: axes {} are not distinct axes of an array of shape {}", op, axes,
+                                                  shape_string(shape))));
+        }
+    }
+    for (std::size_t d = 0; d < shape.size(); ++d) {
+        if (std::binary_search(axes.begin(), axes.end(), d)) plan.count *= shape[d];
+        else plan.out_shape.push_back(shape[d]);
+    }
+    plan.axes = std::move(axes);
+    return plan;
+}
+
+/// Applies combine(accumulator, element) over the reduced axes, from `init`, in compute type C.
+/// Row-major walk of the input; each element lands in its output slot, so memory is read once.
+template <class C, class T, class Shape, class Combine>
+[[nodiscard]] std::vector<C> reduce_axes(const T* data, const Shape& shape, const reduction_plan& plan, C init,
+                                         Combine combine)
+{
+    std::vector<C> out(element_count(plan.out_shape), init);
+    const std::size_t rank = shape.size();
+    const std::size_t n = element_count(shape);
+    if (n == 0) return out;
+    // Output stride of each input axis (0 for reduced axes).
+    std::vector<std::size_t> out_stride(rank, 0);
+    std::size_t stride = 1;
+    for (std::size_t d = rank; d-- > 0;) {
+        if (!std::binary_search(plan.axes.begin(), plan.axes.end(), d)) {
+            out_stride[d] = stride;
+            stride *= shape[d];
+        }
+    }
+    std::vector<std::size_t> index(rank, 0);
+    std::size_t slot = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+        out[slot] = combine(out[slot], load(data[i]));
+        for (std::size_t d = rank; d-- > 0;) {  // odometer increment, keeping slot in step
+            if (++index[d] < shape[d]) {
+                slot += out_stride[d];
+                break;
+            }
+            slot -= out_stride[d] * (shape[d] - 1);
+            index[d] = 0;
+        }
+    }
+    return out;
+}
+
+template <class T>
+[[nodiscard]] std::vector<std::size_t> all_axes(std::size_t rank)
+{
+    std::vector<std::size_t> axes(rank);
+    for (std::size_t d = 0; d < rank; ++d) axes[d] = d;
+    return axes;
+}
+
+template <class Op, class Strategy, class Out, class T, class P, class C, class Combine>
+[[nodiscard]] auto reduce(const char* op, const ScaledArray<T, P>& a, std::vector<std::size_t> axes, C init, Combine combine)
+{
+    const auto plan = plan_reduction(op, a.shape(), std::move(axes));
+    const std::vector<C> raw = reduce_axes(a.data().data(), a.shape(), plan, init, combine);
+    scale_request request;
+    request.natural = a.scale();
+    request.input_scales[0] = a.scale();
+    request.contraction = plan.count;
+    return finish<Op, Strategy, P, out_or_t<Out, T>, C>(op, plan.out_shape, request,
+                                                         [&raw](std::size_t i) { return raw[i]; });
+}
+
+}  // namespace detail
+
+/// Sum over `axes` (all when omitted). Natural scale s, contraction N = elements per output.
+template <class Strategy = default_scaling, class Out = void, class T, class P>
+[[nodiscard]] auto reduce_sum(const ScaledArray<T, P>& a, std::vector<std::size_t> axes)
+{
+    using C = compute_t<T>;
+    return detail::reduce<ops::reduce_sum, Strategy, Out>("reduce_sum", a, std::move(axes), C(0),
+                                                          [](C acc, C x) { return acc + x; });
+}
+template <class Strategy = default_scaling, class Out = void, class T, class P>
+[[nodiscard]] auto reduce_sum(const ScaledArray<T, P>& a)
+{
+    return reduce_sum<Strategy, Out>(a, detail::all_axes<T>(a.dimension()));
+}
+
+/// Maximum over `axes` (all when omitted); NaN propagates; an empty reduction gives -inf.
+/// Scale kept.
+template <class Strategy = default_scaling, class Out = void, class T, class P>
+[[nodiscard]] auto reduce_max(const ScaledArray<T, P>& a, std::vector<std::size_t> axes)
+{
+    using C = compute_t<T>;
+    return detail::reduce<ops::reduce_max, Strategy, Out>(
+        "reduce_max", a, std::move(axes), -std::numeric_limits<C>::infinity(),
+        [](C acc, C x) { return (acc != acc || acc > x) ? acc : x; });
+}
+template <class Strategy = default_scaling, class Out = void, class T, class P>
+[[nodiscard]] auto reduce_max(const ScaledArray<T, P>& a)
+{
+    return reduce_max<Strategy, Out>(a, detail::all_axes<T>(a.dimension()));
+}
+
+}  // namespace scalify

@@ -1,0 +1,122 @@
+#pragma once
+/// \file result.hpp
+/// The shared last step of every scaled op: ask the strategy for the output scale, then store
+/// raw * natural / scale into the output type in one loop. Internal; ops use it.
+
+#include <scalify/scaled_array.hpp>
+#include <scalify/strategy/scaling.hpp>
+
+#include <fmt/format.h>
+#include <xtensor/xbroadcast.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <type_traits>
+#include <vector>
+
+namespace scalify {
+
+namespace detail {
+
+/// Out defaults (void) to a type the op derives from its operands.
+template <class Out, class Default>
+using out_or_t = std::conditional_t<std::is_void_v<Out>, Default, Out>;
+
+template <class Shape>
+[[nodiscard]] std::size_t element_count(const Shape& shape) noexcept
+{
+    std::size_t n = 1;
+    for (auto extent : shape) n *= static_cast<std::size_t>(extent);
+    return n;
+}
+
+/// A zero-scale operand is a zero array, whatever its data hold (inf and NaN included).
+template <class C, class T>
+[[nodiscard]] constexpr C scaled_load(const T& x, C factor) noexcept
+{
+    return factor == C(0) ? C(0) : load(x) * factor;
+}
+
+/// A scale the strategy returned, checked: finite, non-negative, and valid for Policy.
+template <ScalePolicy Policy>
+[[nodiscard]] float checked_output_scale(float scale, const char* op, const scale_request& request)
+{
+    if (!std::isfinite(scale) || scale < 0.0f) {
+        SCALIFY_THROW(scale_error(fmt::format("{}: output scale {} is not finite and >= 0 (natural scale {}; the "
+                                              "input scales over/underflow float32)",
+                                              op, scale, request.natural)));
+    }
+    return checked_scale<Policy>(scale, op);
+}
+
+/// Strategy's scale for Op; raw_at(i) gives element i of the raw result in compute type C
+/// (value = raw * request.natural). Evaluates raw_at once per element.
+template <class Op, class Strategy, ScalePolicy Policy, ScaledElement Out, class C, class Shape, class RawAt>
+[[nodiscard]] ScaledArray<Out, Policy> finish(const char* op, const Shape& shape, scale_request request, RawAt&& raw_at)
+{
+    static_assert(ScalingStrategy<Strategy>, "the Strategy argument does not satisfy scalify::ScalingStrategy");
+    const std::size_t n = element_count(shape);
+    xt::xarray<Out> data = xt::xarray<Out>::from_shape(shape);
+    Out* out = data.data();
+
+    const auto write = [&](float scale, auto&& source) {
+        if (scale == 0.0f || request.natural == 0.0f) {
+            for (std::size_t i = 0; i < n; ++i) out[i] = store<Out>(C(0));
+            return;
+        }
+        const auto factor = static_cast<C>(static_cast<double>(request.natural) / static_cast<double>(scale));
+        for (std::size_t i = 0; i < n; ++i) out[i] = store<Out>(source(i) * factor);
+    };
+
+    if constexpr (Strategy::needs_amax) {
+        std::vector<C> raw(n);
+        C amax = C(0);
+        for (std::size_t i = 0; i < n; ++i) {
+            raw[i] = raw_at(i);
+            const C magnitude = std::abs(raw[i]);
+            amax = magnitude > amax ? magnitude : amax;  // NaN never wins
+        }
+        request.raw_amax = static_cast<float>(amax);
+        const float scale =
+            checked_output_scale<Policy>(scaling_traits<Op, Strategy>::template output_scale<Policy>(request), op, request);
+        write(scale, [&](std::size_t i) { return raw[i]; });
+        return ScaledArray<Out, Policy>(std::move(data), request.natural == 0.0f ? 0.0f : scale);
+    } else {
+        const float scale =
+            checked_output_scale<Policy>(scaling_traits<Op, Strategy>::template output_scale<Policy>(request), op, request);
+        write(scale, raw_at);
+        return ScaledArray<Out, Policy>(std::move(data), request.natural == 0.0f ? 0.0f : scale);
+    }
+}
+
+/// Numpy broadcasting of two shapes, or shape_error naming both.
+template <class ShapeA, class ShapeB>
+[[nodiscard]] std::vector<std::size_t> broadcast_shapes(const char* op, const ShapeA& a, const ShapeB& b)
+{
+    const std::size_t rank = std::max(a.size(), b.size());
+    std::vector<std::size_t> out(rank);
+    for (std::size_t i = 0; i < rank; ++i) {
+        const std::size_t ea = i < rank - a.size() ? 1 : static_cast<std::size_t>(a[i - (rank - a.size())]);
+        const std::size_t eb = i < rank - b.size() ? 1 : static_cast<std::size_t>(b[i - (rank - b.size())]);
+        if (ea != eb && ea != 1 && eb != 1) {
+            SCALIFY_THROW(shape_error(fmt::format("{}: shapes {} and {} do not broadcast", op, shape_string(a),
+                                                  shape_string(b))));
+        }
+        out[i] = ea == 1 ? eb : ea;
+    }
+    return out;
+}
+
+/// Data of x laid out over `shape` (a copy only when broadcasting is needed).
+template <class T, class Shape>
+[[nodiscard]] const xt::xarray<T>& broadcast_to(const xt::xarray<T>& x, const Shape& shape, xt::xarray<T>& storage)
+{
+    if (x.shape().size() == shape.size() && std::equal(x.shape().begin(), x.shape().end(), shape.begin())) return x;
+    storage = xt::broadcast(x, shape);
+    return storage;
+}
+
+}  // namespace detail
+
+}  // namespace scalify

@@ -1,0 +1,134 @@
+#pragma once
+/// \file shape.hpp
+/// Layout ops: transpose, reshape, rows / slice (copies, bounds checked), concatenate. Values are
+/// unchanged; transpose, reshape and slicing keep the scale; concatenate takes the largest scale
+/// of its parts and rescales the others into it (exact under pow2_scale barring underflow).
+
+#include <scalify/ops/result.hpp>
+
+#include <fmt/format.h>
+#include <xtensor/xmanipulation.hpp>
+#include <xtensor/xview.hpp>
+
+#include <algorithm>
+#include <cstddef>
+#include <initializer_list>
+#include <vector>
+
+namespace scalify {
+
+/// Axes reversed (for 2-D: the matrix transpose).
+template <class T, class P>
+[[nodiscard]] ScaledArray<T, P> transpose(const ScaledArray<T, P>& a)
+{
+    return ScaledArray<T, P>(xt::xarray<T>(xt::transpose(a.data())), a.scale());
+}
+
+/// Axes permuted: result axis i is input axis perm[i]. shape_error unless perm is a permutation.
+template <class T, class P>
+[[nodiscard]] ScaledArray<T, P> transpose(const ScaledArray<T, P>& a, std::vector<std::size_t> perm)
+{
+    std::vector<std::size_t> sorted = perm;
+    std::sort(sorted.begin(), sorted.end());
+    for (std::size_t i = 0; i < sorted.size(); ++i) {
+        if (sorted.size() != a.dimension() || sorted[i] != i) {
+            SCALIFY_THROW(shape_error(fmt::format("transpose: {} is not a permutation of the axes of shape {}",
+                                                  shape_string(perm), shape_string(a.shape()))));
+        }
+    }
+    if (sorted.size() != a.dimension()) {
+        SCALIFY_THROW(shape_error(fmt::format("transpose: {} is not a permutation of the axes of shape {}",
+                                              shape_string(perm), shape_string(a.shape()))));
+    }
+    return ScaledArray<T, P>(xt::xarray<T>(xt::transpose(a.data(), perm)), a.scale());
+}
+
+/// Same elements in row-major order under a new shape of the same size (shape_error otherwise).
+template <class T, class P>
+[[nodiscard]] ScaledArray<T, P> reshape(const ScaledArray<T, P>& a, std::vector<std::size_t> shape)
+{
+    if (detail::element_count(shape) != a.size()) {
+        SCALIFY_THROW(shape_error(fmt::format("reshape: cannot reshape {} ({} elements) to {}", shape_string(a.shape()),
+                                              a.size(), shape_string(shape))));
+    }
+    xt::xarray<T> data = a.data();
+    data.reshape(shape);
+    return ScaledArray<T, P>(std::move(data), a.scale());
+}
+
+/// Elements [first, last) along `axis`, as a new array. shape_error unless first <= last <= extent.
+template <class T, class P>
+[[nodiscard]] ScaledArray<T, P> slice(const ScaledArray<T, P>& a, std::size_t axis, std::size_t first, std::size_t last)
+{
+    if (axis >= a.dimension() || first > last || last > a.shape()[axis]) {
+        SCALIFY_THROW(shape_error(fmt::format("slice: [{}, {}) along axis {} is outside shape {}", first, last, axis,
+                                              shape_string(a.shape()))));
+    }
+    xt::xstrided_slice_vector slices(a.dimension(), xt::all());
+    slices[axis] = xt::range(first, last);
+    return ScaledArray<T, P>(xt::xarray<T>(xt::strided_view(a.data(), slices)), a.scale());
+}
+
+/// Rows [first, last) of an array (slice along axis 0): a mini-batch.
+template <class T, class P>
+[[nodiscard]] ScaledArray<T, P> rows(const ScaledArray<T, P>& a, std::size_t first, std::size_t last)
+{
+    return slice(a, 0, first, last);
+}
+
+/// Parts joined along `axis`; all other extents must agree (shape_error otherwise). The result
+/// has the parts' largest scale.
+template <class Strategy = default_scaling, class T, class P>
+[[nodiscard]] ScaledArray<T, P> concatenate(const std::vector<ScaledArray<T, P>>& parts, std::size_t axis = 0)
+{
+    if (parts.empty()) SCALIFY_THROW(shape_error("concatenate: no arrays given"));
+    const auto& first = parts.front().shape();
+    if (axis >= first.size()) {
+        SCALIFY_THROW(shape_error(fmt::format("concatenate: axis {} out of range for shape {}", axis, shape_string(first))));
+    }
+    std::vector<std::size_t> shape(first.begin(), first.end());
+    shape[axis] = 0;
+    float natural = 0.0f;
+    for (const auto& part : parts) {
+        const auto& s = part.shape();
+        bool fits = s.size() == first.size();
+        for (std::size_t d = 0; fits && d < s.size(); ++d) fits = d == axis || s[d] == first[d];
+        if (!fits) {
+            SCALIFY_THROW(shape_error(fmt::format("concatenate: shape {} does not join {} along axis {}",
+                                                  shape_string(s), shape_string(first), axis)));
+        }
+        shape[axis] += s[axis];
+        natural = std::max(natural, part.scale());
+    }
+    std::size_t outer = 1, inner = 1;
+    for (std::size_t d = 0; d < axis; ++d) outer *= shape[d];
+    for (std::size_t d = axis + 1; d < shape.size(); ++d) inner *= shape[d];
+
+    using C = compute_t<T>;
+    std::vector<C> raw(detail::element_count(shape));
+    std::size_t offset = 0;  // along axis, in elements of one outer slab
+    const std::size_t slab = shape[axis] * inner;
+    for (const auto& part : parts) {
+        const std::size_t block = part.shape()[axis] * inner;
+        const C k = natural == 0.0f || part.scale() == 0.0f ? C(0) : static_cast<C>(double(part.scale()) / natural);
+        const T* in = part.data().data();
+        for (std::size_t o = 0; o < outer; ++o) {
+            for (std::size_t j = 0; j < block; ++j) raw[o * slab + offset + j] = detail::scaled_load(in[o * block + j], k);
+        }
+        offset += block;
+    }
+    scale_request request;
+    request.natural = natural;
+    request.input_scales[0] = natural;
+    return detail::finish<ops::concatenate, Strategy, P, T, C>("concatenate", shape, request,
+                                                              [&raw](std::size_t i) { return raw[i]; });
+}
+
+/// concatenate({a, b, c}, axis).
+template <class Strategy = default_scaling, class T, class P>
+[[nodiscard]] ScaledArray<T, P> concatenate(std::initializer_list<ScaledArray<T, P>> parts, std::size_t axis = 0)
+{
+    return concatenate<Strategy>(std::vector<ScaledArray<T, P>>(parts), axis);
+}
+
+}  // namespace scalify
