@@ -33,7 +33,7 @@ template <class C, class T>
     if constexpr (std::same_as<T, C>) {
         return Eigen::Map<const row_major_matrix<C>>(data.data(), rows, cols);
     } else {
-        panel.resize(rows, cols);
+        if (panel.size() < rows * cols) panel.resize(rows * cols, 1);
         const T* in = data.data();
         C* out = panel.data();
         const std::size_t n = data.size();
@@ -57,7 +57,9 @@ template <class Strategy = default_scaling, class Out = void, class A, class PA,
                                               shape_string(a.shape()), shape_string(b.shape()))));
     }
     const std::size_t m = a.shape()[0], k = a.shape()[1], n = b.shape()[1];
-    detail::row_major_matrix<C> a_panel, b_panel;
+    // Decoded panels live in per-thread buffers that only grow: a fresh allocation per call costs
+    // more in first-touch page faults than the decode itself.
+    thread_local detail::row_major_matrix<C> a_panel, b_panel;
     const auto lhs = detail::as_matrix<C>(a.data(), a_panel);
     const auto rhs = detail::as_matrix<C>(b.data(), b_panel);
 
@@ -79,7 +81,7 @@ template <class Strategy = default_scaling, class Out = void, class A, class PA,
             result.setZero();
         } else {
             const auto alpha = static_cast<C>(double(request.natural) / double(scale));
-            result.noalias() = (alpha * lhs) * rhs;
+            result.noalias() = alpha * (lhs * rhs);  // this form folds alpha into the GEMM, no temporary
         }
         return ScaledArray<R, P>(std::move(data), request.natural == 0.0f ? 0.0f : scale);
     } else {

@@ -1,0 +1,139 @@
+// Scaled primitives side by side with the raw computation they wrap, in one run:
+//   matmul 512^3 (float x float, and e4m3fn x e4m3fn) vs Eigen sgemm on float data;
+//   add / mul of 2^22 floats vs xtensor's a + b / a * b into an xarray.
+// Ratios are reported by comparing the *_scalify and *_peer lines (docs/benchmarks.md).
+//   build/benchmarks/bench_scaled --benchmark_min_time=0.5
+#include <scalify/scalify.hpp>
+
+#include <benchmark/benchmark.h>
+
+#include <random>
+
+using namespace scalify;
+
+namespace {
+
+constexpr std::size_t dim = 512;
+constexpr std::size_t elements = std::size_t{1} << 22;
+
+xt::xarray<float> random_floats(std::vector<std::size_t> shape, unsigned seed)
+{
+    std::mt19937 rng(seed);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    xt::xarray<float> x = xt::xarray<float>::from_shape(shape);
+    for (auto& e : x) e = normal(rng);
+    return x;
+}
+
+using row_major = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+
+// Like for like, the peer returns a new matrix per call as scalify's matmul returns a new array
+// (on this VM the first touch of a fresh 1 MiB result costs ~1 ms of page faults). The
+// "_into_reused" variant writes into one preallocated matrix: the bare sgemm.
+template <bool Reuse>
+void matmul_f32_peer(benchmark::State& state)
+{
+    const auto a = random_floats({dim, dim}, 1), b = random_floats({dim, dim}, 2);
+    const Eigen::Map<const row_major> ma(a.data(), dim, dim), mb(b.data(), dim, dim);
+    row_major reused(dim, dim);
+    for (auto _ : state) {
+        if constexpr (Reuse) {
+            reused.noalias() = ma * mb;
+            benchmark::DoNotOptimize(reused.data());
+        } else {
+            row_major c = ma * mb;
+            benchmark::DoNotOptimize(c.data());
+        }
+    }
+    state.SetItemsProcessed(state.iterations() * 2 * dim * dim * dim);
+}
+BENCHMARK(matmul_f32_peer<false>)->Name("matmul_f32_512_peer_eigen_sgemm")->Unit(benchmark::kMillisecond);
+BENCHMARK(matmul_f32_peer<true>)->Name("matmul_f32_512_peer_eigen_sgemm_into_reused")->Unit(benchmark::kMillisecond);
+
+void matmul_f32_scalify(benchmark::State& state)
+{
+    const auto a = make_scaled_array<pow2_scale>(random_floats({dim, dim}, 1), 0.5f);
+    const auto b = make_scaled_array<pow2_scale>(random_floats({dim, dim}, 2), 2.0f);
+    for (auto _ : state) {
+        auto c = matmul(a, b);
+        benchmark::DoNotOptimize(c.data().data());
+    }
+    state.SetItemsProcessed(state.iterations() * 2 * dim * dim * dim);
+}
+BENCHMARK(matmul_f32_scalify)->Name("matmul_f32_512_scalify")->Unit(benchmark::kMillisecond);
+
+void matmul_fp8_peer(benchmark::State& state)
+{
+    // The peer gets float copies of the fp8 data for free: only the sgemm is timed.
+    const auto a = cast<float>(cast<float8_e4m3fn>(as_scaled_array(random_floats({dim, dim}, 1))));
+    const auto b = cast<float>(cast<float8_e4m3fn>(as_scaled_array(random_floats({dim, dim}, 2))));
+    const Eigen::Map<const row_major> ma(a.data().data(), dim, dim), mb(b.data().data(), dim, dim);
+    for (auto _ : state) {
+        row_major c = ma * mb;
+        benchmark::DoNotOptimize(c.data());
+    }
+    state.SetItemsProcessed(state.iterations() * 2 * dim * dim * dim);
+}
+BENCHMARK(matmul_fp8_peer)->Name("matmul_e4m3fn_512_peer_eigen_sgemm_on_float_copies")->Unit(benchmark::kMillisecond);
+
+void matmul_fp8_scalify(benchmark::State& state)
+{
+    const auto a = cast<float8_e4m3fn>(as_scaled_array<pow2_scale>(random_floats({dim, dim}, 1)));
+    const auto b = cast<float8_e4m3fn>(as_scaled_array<pow2_scale>(random_floats({dim, dim}, 2)));
+    for (auto _ : state) {
+        auto c = matmul<default_scaling, float>(a, b);  // decode panels + sgemm, float result
+        benchmark::DoNotOptimize(c.data().data());
+    }
+    state.SetItemsProcessed(state.iterations() * 2 * dim * dim * dim);
+}
+BENCHMARK(matmul_fp8_scalify)->Name("matmul_e4m3fn_512_scalify")->Unit(benchmark::kMillisecond);
+
+void matmul_fp8_out_scalify(benchmark::State& state)
+{
+    const auto a = cast<float8_e4m3fn>(as_scaled_array<pow2_scale>(random_floats({dim, dim}, 1)));
+    const auto b = cast<float8_e4m3fn>(as_scaled_array<pow2_scale>(random_floats({dim, dim}, 2)));
+    for (auto _ : state) {
+        auto c = matmul(a, b);  // fp8 result
+        benchmark::DoNotOptimize(c.data().data());
+    }
+    state.SetItemsProcessed(state.iterations() * 2 * dim * dim * dim);
+}
+BENCHMARK(matmul_fp8_out_scalify)->Name("matmul_e4m3fn_512_fp8_out_scalify")->Unit(benchmark::kMillisecond);
+
+template <bool Multiply>
+void elementwise_peer(benchmark::State& state)
+{
+    const auto a = random_floats({elements}, 3), b = random_floats({elements}, 4);
+    xt::xarray<float> c;
+    for (auto _ : state) {
+        if constexpr (Multiply) c = a * b;
+        else c = a + b;
+        benchmark::DoNotOptimize(c.data());
+    }
+    state.SetItemsProcessed(state.iterations() * elements);
+}
+BENCHMARK(elementwise_peer<false>)->Name("add_f32_4M_peer_xtensor")->Unit(benchmark::kMicrosecond);
+BENCHMARK(elementwise_peer<true>)->Name("mul_f32_4M_peer_xtensor")->Unit(benchmark::kMicrosecond);
+
+template <bool Multiply>
+void elementwise_scalify(benchmark::State& state)
+{
+    const auto a = make_scaled_array<pow2_scale>(random_floats({elements}, 3), 0.5f);
+    const auto b = make_scaled_array<pow2_scale>(random_floats({elements}, 4), 4.0f);
+    for (auto _ : state) {
+        if constexpr (Multiply) {
+            auto c = mul(a, b);
+            benchmark::DoNotOptimize(c.data().data());
+        } else {
+            auto c = add(a, b);
+            benchmark::DoNotOptimize(c.data().data());
+        }
+    }
+    state.SetItemsProcessed(state.iterations() * elements);
+}
+BENCHMARK(elementwise_scalify<false>)->Name("add_f32_4M_scalify")->Unit(benchmark::kMicrosecond);
+BENCHMARK(elementwise_scalify<true>)->Name("mul_f32_4M_scalify")->Unit(benchmark::kMicrosecond);
+
+}  // namespace
+
+BENCHMARK_MAIN();
