@@ -4,6 +4,7 @@
 
 #include <scalify/config.hpp>
 #include <scalify/error.hpp>
+#include <scalify/io/diagnostics.hpp>
 #include <scalify/io/format.hpp>
 #include <scalify/numeric/convert.hpp>
 #include <scalify/numeric/eigen.hpp>
@@ -18,4 +19,8 @@
 #include <scalify/ops/result.hpp>
 #include <scalify/ops/shape.hpp>
 #include <scalify/scaled_array.hpp>
+#include <scalify/strategy/amax_scaling.hpp>
+#include <scalify/strategy/rescale.hpp>
 #include <scalify/strategy/scaling.hpp>
+#include <scalify/train/autoscale.hpp>
+#include <scalify/train/loss_scaler.hpp>

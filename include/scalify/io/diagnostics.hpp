@@ -1,0 +1,131 @@
+#pragma once
+/// \file diagnostics.hpp
+/// Over/underflow diagnostics without a high-precision baseline:
+/// - tensor_stats<Target>(a): how a ScaledArray's values would fare stored in Target (amax,
+///   smallest non-zero magnitude, share that would saturate / overflow, share that would flush to
+///   zero, share landing in Target's subnormals, a histogram of binary exponents), printable with fmt;
+/// - scale_tracker: per-op scales and data amax over steps, written as CSV.
+///
+///     fmt::print("{}\n", tensor_stats<float8_e4m3fn>(grad));
+///     tracker.record(step, "fc1.matmul", y);  ...  tracker.write_csv(file);
+
+#include <scalify/numeric/convert.hpp>
+#include <scalify/numeric/limits.hpp>
+#include <scalify/scaled_array.hpp>
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <cstddef>
+#include <map>
+#include <ostream>
+#include <string>
+#include <vector>
+
+namespace scalify {
+
+struct tensor_stats_result {
+    std::string target;                 ///< the format judged against
+    std::size_t count = 0;              ///< elements
+    std::size_t zeros = 0;              ///< exact zeros in the value
+    std::size_t non_finite = 0;         ///< inf or NaN already in the value
+    double amax = 0;                    ///< max |value| over finite elements
+    double min_nonzero = 0;             ///< smallest non-zero |value| (0 if none)
+    double saturate_fraction = 0;       ///< share of elements with |value| > max(Target)
+    double underflow_fraction = 0;      ///< share of non-zero elements that round to zero in Target
+    double subnormal_fraction = 0;      ///< share of non-zero elements in Target's subnormal range
+    std::map<int, std::size_t> exponent_histogram;  ///< floor(log2 |value|) -> count, non-zero finite elements
+};
+
+/// The statistics of a.value() (computed in double) judged against Target's range.
+template <ScaledElement Target, class T, class P>
+[[nodiscard]] tensor_stats_result tensor_stats(const ScaledArray<T, P>& a, std::string target_name = "target")
+{
+    const double max = static_cast<double>(static_cast<float>(std::numeric_limits<Target>::max()));
+    const double min_normal = static_cast<double>(static_cast<float>(std::numeric_limits<Target>::min()));
+    // Largest magnitude that rounds to zero: half the smallest subnormal (ties to even: to zero).
+    const double zero_threshold = static_cast<double>(static_cast<float>(std::numeric_limits<Target>::denorm_min())) / 2;
+    tensor_stats_result r;
+    r.target = std::move(target_name);
+    r.count = a.size();
+    std::size_t saturating = 0, underflowing = 0, subnormal = 0, nonzero = 0;
+    double smallest = std::numeric_limits<double>::infinity();
+    for (const auto& x : a.data()) {
+        const double v = a.scale() == 0.0f ? 0.0 : static_cast<double>(detail::load(x)) * a.scale();
+        const double m = std::abs(v);
+        if (!std::isfinite(v)) {
+            ++r.non_finite;
+            continue;
+        }
+        if (m == 0.0) {
+            ++r.zeros;
+            continue;
+        }
+        ++nonzero;
+        r.amax = std::max(r.amax, m);
+        smallest = std::min(smallest, m);
+        saturating += m > max ? 1 : 0;
+        underflowing += m <= zero_threshold ? 1 : 0;
+        subnormal += (m > zero_threshold && m < min_normal) ? 1 : 0;
+        ++r.exponent_histogram[std::ilogb(m)];
+    }
+    r.min_nonzero = nonzero ? smallest : 0.0;
+    if (r.count) r.saturate_fraction = static_cast<double>(saturating) / static_cast<double>(r.count);
+    if (nonzero) {
+        r.underflow_fraction = static_cast<double>(underflowing) / static_cast<double>(nonzero);
+        r.subnormal_fraction = static_cast<double>(subnormal) / static_cast<double>(nonzero);
+    }
+    return r;
+}
+
+/// Records (step, op, scale, data amax) rows; write_csv emits them with a header.
+class scale_tracker {
+public:
+    struct row {
+        std::size_t step;
+        std::string op;
+        float scale;
+        float data_amax;
+    };
+
+    template <class T, class P>
+    void record(std::size_t step, std::string op, const ScaledArray<T, P>& a)
+    {
+        float amax = 0.0f;
+        for (const auto& x : a.data()) {
+            const float m = std::abs(static_cast<float>(detail::load(x)));
+            amax = m > amax ? m : amax;
+        }
+        m_rows.push_back({step, std::move(op), a.scale(), amax});
+    }
+
+    [[nodiscard]] const std::vector<row>& rows() const noexcept { return m_rows; }
+
+    /// "step,op,scale,data_amax" then one line per record; floats printed exactly (shortest round trip).
+    void write_csv(std::ostream& out) const
+    {
+        out << "step,op,scale,data_amax\n";
+        for (const auto& r : m_rows) out << fmt::format("{},{},{},{}\n", r.step, r.op, r.scale, r.data_amax);
+    }
+
+private:
+    std::vector<row> m_rows;
+};
+
+}  // namespace scalify
+
+template <>
+struct fmt::formatter<scalify::tensor_stats_result> {
+    constexpr auto parse(format_parse_context& ctx) { return ctx.begin(); }
+    template <class Context>
+    auto format(const scalify::tensor_stats_result& s, Context& ctx) const
+    {
+        auto out = fmt::format_to(ctx.out(),
+                                  "{} elements vs {}: amax {:.4g}, min non-zero {:.4g}, zeros {}, non-finite {}, "
+                                  "saturate {:.2f}%, flush to zero {:.2f}%, subnormal {:.2f}%; exponents",
+                                  s.count, s.target, s.amax, s.min_nonzero, s.zeros, s.non_finite, 100 * s.saturate_fraction,
+                                  100 * s.underflow_fraction, 100 * s.subnormal_fraction);
+        for (const auto& [exponent, count] : s.exponent_histogram) out = fmt::format_to(out, " 2^{}:{}", exponent, count);
+        return out;
+    }
+};
