@@ -2,6 +2,10 @@
 /// \file scalify.hpp
 /// The one include of scalify: scaled tensor arithmetic for low-precision numerics.
 
+#include <scalify/amp/any_scaled_array.hpp>
+#include <scalify/amp/autocast.hpp>
+#include <scalify/amp/decoupled.hpp>
+#include <scalify/amp/policy.hpp>
 #include <scalify/config.hpp>
 #include <scalify/error.hpp>
 #include <scalify/io/diagnostics.hpp>
