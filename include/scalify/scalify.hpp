@@ -27,4 +27,5 @@
 #include <scalify/strategy/rescale.hpp>
 #include <scalify/strategy/scaling.hpp>
 #include <scalify/train/autoscale.hpp>
+#include <scalify/train/backward.hpp>
 #include <scalify/train/loss_scaler.hpp>
