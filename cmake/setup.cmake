@@ -4,10 +4,11 @@
 get_filename_component(SCALIFY_ROOT "${CMAKE_CURRENT_LIST_DIR}/.." ABSOLUTE)
 cmake_host_system_information(RESULT SCALIFY_JOBS QUERY NUMBER_OF_LOGICAL_CORES)
 
-# Everything the build, the tests, the examples and the benchmarks use.
+# Everything the build, the tests, the examples (Fashion-MNIST data and zlib for the training
+# example) and the benchmarks use.
 set(SCALIFY_DEBIAN_PACKAGES
   g++ make libeigen3-dev libxtensor-dev libfmt-dev catch2 libbenchmark-dev
-  clang-14 libclang-rt-14-dev)
+  clang-14 libclang-rt-14-dev zlib1g-dev dataset-fashion-mnist)
 
 function(scalify_require_packages)
   find_program(dpkg_query dpkg-query)
