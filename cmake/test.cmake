@@ -1,6 +1,6 @@
 # cmake -P cmake/test.cmake — set up, build and run the whole test suite, then the unit tests
-# again under AddressSanitizer + UndefinedBehaviorSanitizer (built with clang++ 14, so every
-# run also proves the code compiles warning-free with both g++ and clang++).
+# again under AddressSanitizer + UndefinedBehaviorSanitizer and the libFuzzer targets (built with
+# clang++ 14, so every run also proves the code compiles warning-free with both g++ and clang++).
 include("${CMAKE_CURRENT_LIST_DIR}/setup.cmake")
 
 scalify_require_packages(${SCALIFY_DEBIAN_PACKAGES})
@@ -22,8 +22,9 @@ scalify_build("${SCALIFY_ROOT}/build-sanitize"
   -DCMAKE_BUILD_TYPE=Debug
   -DCMAKE_CXX_COMPILER=clang++-14
   "-DCMAKE_CXX_FLAGS=-O1 -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer"
-  -DSCALIFY_BUILD_EXAMPLES=OFF -DSCALIFY_BUILD_BENCHMARKS=OFF -DSCALIFY_INSTALL=OFF)
-scalify_ctest("${SCALIFY_ROOT}/build-sanitize" -L unit)
+  -DSCALIFY_BUILD_EXAMPLES=OFF -DSCALIFY_BUILD_BENCHMARKS=OFF -DSCALIFY_INSTALL=OFF -DSCALIFY_BUILD_FUZZ=ON)
+# The whole unit suite under the sanitizers, then every fuzz target for SCALIFY_FUZZ_SECONDS.
+scalify_ctest("${SCALIFY_ROOT}/build-sanitize" -L "unit|fuzz")
 
 string(TIMESTAMP finished "%s")
 math(EXPR seconds "${finished} - ${started}")

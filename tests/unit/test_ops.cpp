@@ -417,3 +417,25 @@ TEST_CASE("bad shapes are shape_errors naming both shapes", "[ops][errors]")
     const auto big = make_scaled_array(xt::xarray<float>{1.0f}, std::ldexp(1.0f, 100));
     CHECK_THROWS_WITH(mul(big, big), Contains("mul: output scale inf"));
 }
+
+TEST_CASE("fuzz regressions: slicing empty arrays", "[ops][fuzz_regression]")
+{
+    // fuzz_ops found xtensor's strided view offsetting the null data pointer of an empty array.
+    const auto e = make_scaled_array(xt::xarray<float>::from_shape({0, 4}), 1.0f);
+    const auto s = slice(e, 1, 1, 3);
+    CHECK(s.shape()[0] == 0);
+    CHECK(s.shape()[1] == 2);
+    const auto a = make_scaled_array(xt::xarray<float>{1.0f, 2.0f}, 1.0f);
+    CHECK(slice(a, 0, 1, 1).size() == 0);
+}
+
+TEST_CASE("fuzz regressions: extreme scale ratios keep full precision", "[ops][fuzz_regression]")
+{
+    // fuzz_ops found add losing precision when sa / sb is below float's normal range: the ratio
+    // became a subnormal factor with a few bits. It is now applied in two steps.
+    const auto a = make_scaled_array(xt::xarray<float>{-1.07e8f}, 8.2e-5f);
+    const auto b = make_scaled_array(xt::xarray<float>{-1.57e-38f}, std::numeric_limits<float>::max());
+    const double want = -1.07e8 * double(8.2e-5f) + -1.57e-38 * double(std::numeric_limits<float>::max());
+    const double got = add(a, b).value()(0);
+    CHECK(std::abs(got - want) <= 1e-6 * std::abs(want));
+}

@@ -84,6 +84,8 @@ TEST_CASE("loss_scaler rejects bad configuration, naming the parameter", "[loss_
     CHECK_THROWS_WITH(loss_scaler({.growth_interval = 0}), Contains("growth_interval must be > 0, got 0"));
     CHECK_THROWS_WITH(loss_scaler({.init_scale = -2.0f}), Contains("init_scale"));
     CHECK_THROWS_WITH(loss_scaler({.min_scale = -1.0f}), Contains("min_scale"));
+    // fuzz_config: an initial scale below the floor would start under it.
+    CHECK_THROWS_WITH(loss_scaler({.init_scale = 1.0f, .min_scale = 4.0f}), Contains("init_scale must be >= min_scale (4), got 1"));
 }
 
 TEST_CASE("loss scaling keeps shrinking gradients inside fp16", "[loss_scaler]")
@@ -253,4 +255,15 @@ TEST_CASE("autoscale: analysis, warnings on drift, none for a stable op, final c
     CHECK_THROWS_WITH(autoscale<>(autoscale_config{.analysis_iters = 0}), Contains("analysis_iters must be > 0, got 0"));
     CHECK_THROWS_WITH(autoscale<>(autoscale_config::on_off(1.5, 0.5)), Contains("op_freq must be in [0, 1], got 1.5"));
     CHECK_THROWS_WITH(autoscale<>(autoscale_config::on_off(0.5, 0.0)), Contains("loop_freq"));
+}
+
+TEST_CASE("fuzz regressions: delayed_scaling never stores a zero or infinite multiplier", "[amax_scaling][fuzz_regression]")
+{
+    // fuzz_config found a large margin whose multiplier underflowed float to 0.
+    delayed_scaling<float8_e4m3fn> recipe({.amax_history_len = 2, .margin = 127});
+    recipe.record(1e30f);
+    CHECK(recipe.multiplier() == 1.0f);
+    recipe.record(1e-30f);
+    CHECK(recipe.multiplier() > 0.0f);
+    CHECK(std::isfinite(recipe.multiplier()));
 }

@@ -35,8 +35,8 @@ template <class C>
 
 /// Binary op whose raw result is f(x * ka, y * kb) with natural scale `natural`.
 template <class Op, class Strategy, class Out, class A, class PA, class B, class PB, class F>
-[[nodiscard]] auto binary(const char* op, const ScaledArray<A, PA>& a, const ScaledArray<B, PB>& b, float ka,
-                          float kb, scale_request request, F f)
+[[nodiscard]] auto binary(const char* op, const ScaledArray<A, PA>& a, const ScaledArray<B, PB>& b, double ka,
+                          double kb, scale_request request, F f)
 {
     using C = std::common_type_t<compute_t<A>, compute_t<B>>;
     using R = out_or_t<Out, promote_t<A, B>>;
@@ -47,7 +47,7 @@ template <class Op, class Strategy, class Out, class A, class PA, class B, class
     xt::xarray<B> b_storage;
     const A* pa = broadcast_to(a.data(), shape, a_storage).data();
     const B* pb = broadcast_to(b.data(), shape, b_storage).data();
-    const C ca = static_cast<C>(ka), cb = static_cast<C>(kb);
+    const auto ca = make_factor<C>(ka), cb = make_factor<C>(kb);
     request.input_scales[0] = a.scale();
     request.input_scales[1] = b.scale();
     request.input_count = 2;
@@ -63,8 +63,8 @@ template <class Op, class Strategy, class Out, class A, class PA, class B, class
     const float m = std::max(a.scale(), b.scale());
     scale_request request;
     request.natural = m;
-    const float ka = m == 0.0f ? 0.0f : static_cast<float>(double(a.scale()) / m);
-    const float kb = m == 0.0f ? 0.0f : static_cast<float>(double(b.scale()) / m);
+    const double ka = m == 0.0f ? 0.0 : double(a.scale()) / m;
+    const double kb = m == 0.0f ? 0.0 : double(b.scale()) / m;
     return binary<Op, Strategy, Out>(op, a, b, ka, kb, request, f);
 }
 
@@ -184,8 +184,8 @@ template <class Strategy, class Out, class A, class PA, class B, class PB>
     request.input_count = 2;
     using C = std::common_type_t<compute_t<A>, compute_t<B>>;
     using R = detail::out_or_t<Out, promote_t<A, B>>;
-    const C ka = m == 0.0f ? C(0) : static_cast<C>(double(a.scale()) / m);
-    const C kb = m == 0.0f ? C(0) : static_cast<C>(double(b.scale()) / m);
+    const auto ka = detail::make_factor<C>(m == 0.0f ? 0.0 : double(a.scale()) / m);
+    const auto kb = detail::make_factor<C>(m == 0.0f ? 0.0 : double(b.scale()) / m);
     return detail::finish<ops::where, Strategy, common_policy_t<PA, PB>, R, C>("where", shape, request, [=](std::size_t i) {
         return pc[i] ? detail::scaled_load(pa[i], ka) : detail::scaled_load(pb[i], kb);
     });

@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <limits>
 #include <type_traits>
 #include <vector>
 
@@ -31,11 +32,32 @@ template <class Shape>
     return n;
 }
 
+/// A rescale factor (a ratio of scales) applied as two multiplications when it is below C's
+/// normal range, so that a tiny ratio (sa / sb = 2^-140, say) keeps its full precision instead of
+/// becoming a subnormal with a few bits. zero: a zero-scale operand.
+template <class C>
+struct scale_factor {
+    C high = C(1);
+    C low = C(1);
+    [[nodiscard]] constexpr bool zero() const noexcept { return high == C(0); }
+    [[nodiscard]] constexpr C apply(C x) const noexcept { return x * high * low; }
+};
+
+template <class C>
+[[nodiscard]] scale_factor<C> make_factor(double ratio) noexcept
+{
+    if (!(ratio > 0.0)) return {C(0), C(1)};
+    if (ratio < static_cast<double>(std::numeric_limits<C>::min())) {
+        return {static_cast<C>(std::ldexp(ratio, 100)), static_cast<C>(std::ldexp(1.0, -100))};
+    }
+    return {static_cast<C>(ratio), C(1)};
+}
+
 /// A zero-scale operand is a zero array, whatever its data hold (inf and NaN included).
 template <class C, class T>
-[[nodiscard]] constexpr C scaled_load(const T& x, C factor) noexcept
+[[nodiscard]] constexpr C scaled_load(const T& x, scale_factor<C> factor) noexcept
 {
-    return factor == C(0) ? C(0) : load(x) * factor;
+    return factor.zero() ? C(0) : factor.apply(load(x));
 }
 
 /// A scale the strategy returned, checked: finite, non-negative, and valid for Policy.
@@ -65,8 +87,8 @@ template <class Op, class Strategy, ScalePolicy Policy, ScaledElement Out, class
             for (std::size_t i = 0; i < n; ++i) out[i] = store<Out>(C(0));
             return;
         }
-        const auto factor = static_cast<C>(static_cast<double>(request.natural) / static_cast<double>(scale));
-        for (std::size_t i = 0; i < n; ++i) out[i] = store<Out>(source(i) * factor);
+        const auto factor = make_factor<C>(static_cast<double>(request.natural) / static_cast<double>(scale));
+        for (std::size_t i = 0; i < n; ++i) out[i] = store<Out>(factor.apply(source(i)));
     };
 
     if constexpr (Strategy::needs_amax) {

@@ -64,6 +64,12 @@ template <class T, class P>
         SCALIFY_THROW(shape_error(fmt::format("slice: [{}, {}) along axis {} is outside shape {}", first, last, axis,
                                               shape_string(a.shape()))));
     }
+    if (a.size() == 0 || first == last) {
+        // xtensor's strided view offsets the (null) data pointer of an empty array: build directly.
+        std::vector<std::size_t> shape(a.shape().begin(), a.shape().end());
+        shape[axis] = last - first;
+        return ScaledArray<T, P>(xt::xarray<T>::from_shape(shape), a.scale());
+    }
     xt::xstrided_slice_vector slices(a.dimension(), xt::all());
     slices[axis] = xt::range(first, last);
     return ScaledArray<T, P>(xt::xarray<T>(xt::strided_view(a.data(), slices)), a.scale());
@@ -110,7 +116,7 @@ template <class Strategy = default_scaling, class T, class P>
     const std::size_t slab = shape[axis] * inner;
     for (const auto& part : parts) {
         const std::size_t block = part.shape()[axis] * inner;
-        const C k = natural == 0.0f || part.scale() == 0.0f ? C(0) : static_cast<C>(double(part.scale()) / natural);
+        const auto k = detail::make_factor<C>(natural == 0.0f ? 0.0 : double(part.scale()) / natural);
         const T* in = part.data().data();
         for (std::size_t o = 0; o < outer; ++o) {
             for (std::size_t j = 0; j < block; ++j) raw[o * slab + offset + j] = detail::scaled_load(in[o * block + j], k);

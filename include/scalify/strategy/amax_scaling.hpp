@@ -121,7 +121,8 @@ public:
         if (reference > 0.0f && std::isfinite(reference)) {
             const double q = static_cast<double>(std::numeric_limits<Format>::max()) *
                              std::ldexp(1.0, -m_config.margin) / reference;
-            if (q > 0.0 && q < static_cast<double>(std::numeric_limits<float>::max())) m_multiplier = static_cast<float>(q);
+            const auto q_float = static_cast<float>(q);  // may underflow to 0 or overflow to inf: keep the old one then
+            if (q_float > 0.0f && std::isfinite(q_float)) m_multiplier = q_float;
         }
     }
 

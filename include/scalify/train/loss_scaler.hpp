@@ -44,7 +44,7 @@ class loss_scaler {
 public:
     explicit loss_scaler(loss_scaler_config config = {}) : m_config(config)
     {
-        const auto bad = [](const char* name, auto value, const char* rule) {
+        const auto bad = [](const char* name, auto value, const auto& rule) {
             SCALIFY_THROW(config_error(fmt::format("loss_scaler: {} must be {}, got {}", name, rule, value)));
         };
         if (!(config.init_scale > 0.0f) || !std::isfinite(config.init_scale)) bad("init_scale", config.init_scale, "finite and > 0");
@@ -52,6 +52,7 @@ public:
         if (!(config.backoff_factor > 0.0f && config.backoff_factor < 1.0f)) bad("backoff_factor", config.backoff_factor, "in (0, 1)");
         if (config.growth_interval <= 0) bad("growth_interval", config.growth_interval, "> 0");
         if (!(config.min_scale >= 0.0f) || !std::isfinite(config.min_scale)) bad("min_scale", config.min_scale, "finite and >= 0");
+        if (config.min_scale > config.init_scale) bad("init_scale", config.init_scale, fmt::format(">= min_scale ({})", config.min_scale));
         m_state.scale = config.init_scale;
     }
 

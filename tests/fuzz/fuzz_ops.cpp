@@ -1,0 +1,153 @@
+// libFuzzer target: ScaledArray construction and every primitive on fuzzer-chosen shapes, scales
+// (0, subnormal, huge, NaN, inf) and data. Invalid input must end in a scalify::error (never a
+// crash, UB or out-of-bounds access); valid results must have the right shape and a valid scale,
+// and add/mul must agree with the double computation where everything is finite and in range.
+#include <scalify/scalify.hpp>
+
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+using namespace scalify;
+
+namespace {
+
+struct reader {
+    const std::uint8_t* data;
+    std::size_t size;
+    std::uint8_t byte() { return size ? (--size, *data++) : 0; }
+    float any_float()
+    {
+        std::uint32_t bits = 0;
+        for (int i = 0; i < 4; ++i) bits = bits << 8 | byte();
+        return std::bit_cast<float>(bits);
+    }
+    float scale()
+    {
+        switch (byte() % 10) {
+        case 0: return 0.0f;
+        case 1: return std::numeric_limits<float>::denorm_min();
+        case 2: return std::numeric_limits<float>::max();
+        case 3: return std::numeric_limits<float>::quiet_NaN();
+        case 4: return std::numeric_limits<float>::infinity();
+        case 5: return -2.0f;
+        case 6: return std::ldexp(1.0f, static_cast<int>(byte() % 250) - 125);
+        default: return any_float();
+        }
+    }
+};
+
+[[noreturn]] void fail(const char* what)
+{
+    std::fprintf(stderr, "property violated: %s\n", what);
+    std::abort();
+}
+
+template <class T, class P>
+void check_result(const ScaledArray<T, P>& r)
+{
+    if (!(r.scale() >= 0.0f) || !std::isfinite(r.scale())) fail("result scale finite and >= 0");
+    if (P::power_of_two && !is_pow2_or_zero(r.scale())) fail("pow2 result scale");
+    if (r.data().size() != detail::element_count(r.shape())) fail("result size matches shape");
+}
+
+template <class F>
+void guarded(F f)
+{
+    try {
+        f();
+    } catch (const scalify::error&) {
+        // documented rejection
+    }
+}
+
+template <class T, class P>
+void exercise(reader& in)
+{
+    std::vector<std::size_t> shape_a, shape_b;
+    const std::size_t rank_a = in.byte() % 3, rank_b = in.byte() % 3;
+    for (std::size_t i = 0; i < rank_a; ++i) shape_a.push_back(in.byte() % 5);
+    for (std::size_t i = 0; i < rank_b; ++i) shape_b.push_back(in.byte() % 5);
+    xt::xarray<T> da = xt::xarray<T>::from_shape(shape_a), db = xt::xarray<T>::from_shape(shape_b);
+    for (auto& x : da) x = detail::store<T>(in.any_float());
+    for (auto& x : db) x = detail::store<T>(in.any_float());
+    const float sa = in.scale(), sb = in.scale();
+    guarded([&] {
+        const ScaledArray<T, P> a(da, sa);
+        const ScaledArray<T, P> b(db, sb);
+        guarded([&] {
+            const auto r = add(a, b);
+            check_result(r);
+            // Agreement with double where every input and the result are finite and the result is normal.
+            if constexpr (std::same_as<T, float>) {
+                if (a.shape() == b.shape() && a.scale() > 1e-30f && b.scale() > 1e-30f) {
+                    const auto va = a.value(), vb = b.value(), vr = r.value();
+                    for (std::size_t i = 0; i < vr.size(); ++i) {
+                        const double want = double(va.data()[i]) + double(vb.data()[i]);
+                        const double got = vr.data()[i];
+                        if (std::isfinite(want) && std::isfinite(got) && std::abs(want) < 1e30 && std::abs(want) > 1e-30 &&
+                            std::abs(got - want) > 1e-5 * (std::abs(double(va.data()[i])) + std::abs(double(vb.data()[i]))) +
+                                                       // the result's data cannot hold less than scale * denorm_min
+                                                       double(r.scale()) * std::numeric_limits<float>::denorm_min())
+                        {
+                            std::fprintf(stderr, "a %g (scale %g) + b %g (scale %g): got %.9g, want %.9g\n", double(a.data().data()[i]),
+                                         double(a.scale()), double(b.data().data()[i]), double(b.scale()), got, want);
+                            fail("add agrees with double");
+                        }
+                    }
+                }
+            }
+        });
+        guarded([&] { check_result(sub(a, b)); });
+        guarded([&] { check_result(mul(a, b)); });
+        guarded([&] { check_result(div(a, b)); });
+        guarded([&] { check_result(maximum(a, b)); });
+        guarded([&] { check_result(minimum(a, b)); });
+        guarded([&] { check_result(matmul(a, b)); });
+        guarded([&] { check_result(matmul<dynamic_abs<float8_e4m3fn>>(a, b)); });
+        guarded([&] { check_result(add<unit_scaling>(a, b)); });
+        guarded([&] { check_result(neg(a)); });
+        guarded([&] { check_result(abs(a)); });
+        guarded([&] { check_result(relu(a)); });
+        guarded([&] { check_result(gelu(a)); });
+        guarded([&] { check_result(exp(a)); });
+        guarded([&] { check_result(log(a)); });
+        guarded([&] { check_result(sqrt(a)); });
+        guarded([&] { check_result(reduce_sum(a)); });
+        guarded([&] { check_result(reduce_max(a, {static_cast<std::size_t>(in.byte() % 3)})); });
+        guarded([&] { check_result(softmax(a, in.byte() % 3)); });
+        guarded([&] { check_result(cast<float8_e5m2>(a)); });
+        guarded([&] { check_result(cast<float8_e4m3fn, round_stochastic>(a, in.byte())); });
+        guarded([&] { check_result(rebalance_scale(a, in.scale())); });
+        guarded([&] { check_result(mul(a, static_cast<double>(in.any_float()))); });
+        guarded([&] { check_result(transpose(a)); });
+        guarded([&] { check_result(reshape(a, {in.byte() % 7u})); });
+        guarded([&] { check_result(slice(a, in.byte() % 3, in.byte() % 5, in.byte() % 6)); });
+        guarded([&] { check_result(concatenate({a, b}, in.byte() % 3)); });
+        guarded([&] { check_result(dynamic_rescale_l2(a)); });
+        guarded([&] {
+            const xt::xarray<bool> cond = xt::xarray<bool>::from_shape(a.shape());
+            check_result(where(xt::xarray<bool>(xt::zeros<bool>(a.shape())), a, b));
+            (void)cond;
+        });
+        (void)tensor_stats<float8_e4m3fn>(a);
+    });
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size)
+{
+    reader in{data, size};
+    switch (in.byte() % 4) {
+    case 0: exercise<float, float_scale>(in); break;
+    case 1: exercise<float, pow2_scale>(in); break;
+    case 2: exercise<float8_e4m3fn, pow2_scale>(in); break;
+    default: exercise<Eigen::half, float_scale>(in); break;
+    }
+    return 0;
+}
