@@ -31,8 +31,12 @@ struct decoupling_trace {
 }
 
 /// e^a for fp16 data under pow2_scale, compute type chosen from the scale (see file comment).
-[[nodiscard]] inline ScaledArray<Eigen::half, pow2_scale> decoupled_exp(const ScaledArray<Eigen::half, pow2_scale>& a)
+template <ScalePolicy Policy>
+[[nodiscard]] ScaledArray<Eigen::half, pow2_scale> decoupled_exp(const ScaledArray<Eigen::half, Policy>& a)
 {
+    static_assert(Policy::power_of_two,
+                  "decoupled_exp needs a pow2_scale array: only a power-of-two scale makes data * scale exact in fp16 "
+                  "(convert with with_policy<pow2_scale>() after rounding the scale)");
     float amax = 0.0f;
     for (const auto& x : a.data()) {
         const float m = std::abs(static_cast<float>(x));
