@@ -125,6 +125,52 @@ void elementwise_scalify(benchmark::State& state)
 BENCHMARK(elementwise_scalify<false>)->Name("add_f32_4M_scalify")->Unit(benchmark::kMicrosecond);
 BENCHMARK(elementwise_scalify<true>)->Name("mul_f32_4M_scalify")->Unit(benchmark::kMicrosecond);
 
+void mx_quantize(benchmark::State& state)
+{
+    const auto x = random_floats({dim, 2048}, 5);  // 1 Mi floats
+    for (auto _ : state) {
+        auto q = quantize_mx<float8_e4m3fn>(x, 1);
+        benchmark::DoNotOptimize(q.data().data());
+    }
+    state.SetItemsProcessed(state.iterations() * static_cast<std::int64_t>(x.size()));
+}
+BENCHMARK(mx_quantize)->Name("mx_quantize_e4m3fn_block32_scalify")->Unit(benchmark::kMicrosecond);
+
+void per_tensor_quantize(benchmark::State& state)
+{
+    const auto x = random_floats({dim, 2048}, 5);
+    for (auto _ : state) {
+        auto q = current_scaling<float8_e4m3fn>{}.quantize<pow2_scale>(x);
+        benchmark::DoNotOptimize(q.data().data());
+    }
+    state.SetItemsProcessed(state.iterations() * static_cast<std::int64_t>(x.size()));
+}
+BENCHMARK(per_tensor_quantize)->Name("per_tensor_quantize_e4m3fn_scalify")->Unit(benchmark::kMicrosecond);
+
+void matmul_mx(benchmark::State& state)
+{
+    const auto a = quantize_mx<float8_e4m3fn>(random_floats({dim, dim}, 1), 1);
+    const auto b = quantize_mx<float8_e4m3fn>(random_floats({dim, dim}, 2), 0);
+    for (auto _ : state) {
+        auto c = matmul(a, b);
+        benchmark::DoNotOptimize(c.data().data());
+    }
+    state.SetItemsProcessed(state.iterations() * 2 * dim * dim * dim);
+}
+BENCHMARK(matmul_mx)->Name("matmul_mxfp8_512_scalify")->Unit(benchmark::kMillisecond);
+
+void matmul_blocks_float(benchmark::State& state)
+{
+    const auto a = quantize_blocks<float8_e4m3fn>(random_floats({dim, dim}, 1), 1, 128);
+    const auto b = quantize_blocks<float8_e4m3fn>(random_floats({dim, dim}, 2), 128, 128);
+    for (auto _ : state) {
+        auto c = matmul(a, b);
+        benchmark::DoNotOptimize(c.data().data());
+    }
+    state.SetItemsProcessed(state.iterations() * 2 * dim * dim * dim);
+}
+BENCHMARK(matmul_blocks_float)->Name("matmul_e4m3fn_1x128_128x128_float_scales_512_scalify")->Unit(benchmark::kMillisecond);
+
 }  // namespace
 
 BENCHMARK_MAIN();

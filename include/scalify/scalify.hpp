@@ -6,6 +6,9 @@
 #include <scalify/amp/autocast.hpp>
 #include <scalify/amp/decoupled.hpp>
 #include <scalify/amp/policy.hpp>
+#include <scalify/block/block_ops.hpp>
+#include <scalify/block/block_scaled_array.hpp>
+#include <scalify/block/quantize.hpp>
 #include <scalify/config.hpp>
 #include <scalify/error.hpp>
 #include <scalify/io/diagnostics.hpp>
