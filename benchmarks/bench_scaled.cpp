@@ -8,6 +8,7 @@
 #include <benchmark/benchmark.h>
 
 #include <random>
+#include <utility>
 
 using namespace scalify;
 
@@ -147,29 +148,24 @@ void per_tensor_quantize(benchmark::State& state)
 }
 BENCHMARK(per_tensor_quantize)->Name("per_tensor_quantize_e4m3fn_scalify")->Unit(benchmark::kMicrosecond);
 
-void matmul_mx(benchmark::State& state)
+/// Block-scaled matmul of two operands quantised by `quantize` (true: MXFP8 with E8M0 scales;
+/// false: 1x128 by 128x128 float32-scaled blocks).
+template <bool Mx>
+void matmul_block_scaled(benchmark::State& state)
 {
-    const auto a = quantize_mx<float8_e4m3fn>(random_floats({dim, dim}, 1), 1);
-    const auto b = quantize_mx<float8_e4m3fn>(random_floats({dim, dim}, 2), 0);
+    const auto x = random_floats({dim, dim}, 1), w = random_floats({dim, dim}, 2);
+    const auto operands = [&] {
+        if constexpr (Mx) return std::pair{quantize_mx<float8_e4m3fn>(x, 1), quantize_mx<float8_e4m3fn>(w, 0)};
+        else return std::pair{quantize_blocks<float8_e4m3fn>(x, 1, 128), quantize_blocks<float8_e4m3fn>(w, 128, 128)};
+    }();
     for (auto _ : state) {
-        auto c = matmul(a, b);
+        auto c = matmul(operands.first, operands.second);
         benchmark::DoNotOptimize(c.data().data());
     }
     state.SetItemsProcessed(state.iterations() * 2 * dim * dim * dim);
 }
-BENCHMARK(matmul_mx)->Name("matmul_mxfp8_512_scalify")->Unit(benchmark::kMillisecond);
-
-void matmul_blocks_float(benchmark::State& state)
-{
-    const auto a = quantize_blocks<float8_e4m3fn>(random_floats({dim, dim}, 1), 1, 128);
-    const auto b = quantize_blocks<float8_e4m3fn>(random_floats({dim, dim}, 2), 128, 128);
-    for (auto _ : state) {
-        auto c = matmul(a, b);
-        benchmark::DoNotOptimize(c.data().data());
-    }
-    state.SetItemsProcessed(state.iterations() * 2 * dim * dim * dim);
-}
-BENCHMARK(matmul_blocks_float)->Name("matmul_e4m3fn_1x128_128x128_float_scales_512_scalify")->Unit(benchmark::kMillisecond);
+BENCHMARK(matmul_block_scaled<true>)->Name("matmul_mxfp8_512_scalify")->Unit(benchmark::kMillisecond);
+BENCHMARK(matmul_block_scaled<false>)->Name("matmul_e4m3fn_1x128_128x128_float_scales_512_scalify")->Unit(benchmark::kMillisecond);
 
 }  // namespace
 

@@ -2,6 +2,8 @@
 // delayed_scaling, autoscale) from fuzzer-chosen parameters and value sequences. Invalid
 // configuration must be a config_error; valid ones must keep their invariants (finite positive
 // scale, min_scale floor, bounded history).
+#include "fuzz_support.hpp"
+
 #include <scalify/scalify.hpp>
 
 #include <bit>
@@ -14,23 +16,8 @@ using namespace scalify;
 
 namespace {
 
-struct reader {
-    const std::uint8_t* data;
-    std::size_t size;
-    std::uint8_t byte() { return size ? (--size, *data++) : 0; }
-    float any_float()
-    {
-        std::uint32_t bits = 0;
-        for (int i = 0; i < 4; ++i) bits = bits << 8 | byte();
-        return std::bit_cast<float>(bits);
-    }
-};
-
-[[noreturn]] void fail(const char* what)
-{
-    std::fprintf(stderr, "property violated: %s\n", what);
-    std::abort();
-}
+using fuzz::fail;
+using fuzz::reader;
 
 }  // namespace
 

@@ -2,6 +2,8 @@
 // (0, subnormal, huge, NaN, inf) and data. Invalid input must end in a scalify::error (never a
 // crash, UB or out-of-bounds access); valid results must have the right shape and a valid scale,
 // and add/mul must agree with the double computation where everything is finite and in range.
+#include "fuzz_support.hpp"
+
 #include <scalify/scalify.hpp>
 
 #include <bit>
@@ -16,35 +18,21 @@ using namespace scalify;
 
 namespace {
 
-struct reader {
-    const std::uint8_t* data;
-    std::size_t size;
-    std::uint8_t byte() { return size ? (--size, *data++) : 0; }
-    float any_float()
-    {
-        std::uint32_t bits = 0;
-        for (int i = 0; i < 4; ++i) bits = bits << 8 | byte();
-        return std::bit_cast<float>(bits);
-    }
-    float scale()
-    {
-        switch (byte() % 10) {
-        case 0: return 0.0f;
-        case 1: return std::numeric_limits<float>::denorm_min();
-        case 2: return std::numeric_limits<float>::max();
-        case 3: return std::numeric_limits<float>::quiet_NaN();
-        case 4: return std::numeric_limits<float>::infinity();
-        case 5: return -2.0f;
-        case 6: return std::ldexp(1.0f, static_cast<int>(byte() % 250) - 125);
-        default: return any_float();
-        }
-    }
-};
+using fuzz::fail;
+using fuzz::reader;
 
-[[noreturn]] void fail(const char* what)
+float fuzz_scale(reader& in)
 {
-    std::fprintf(stderr, "property violated: %s\n", what);
-    std::abort();
+    switch (in.byte() % 10) {
+    case 0: return 0.0f;
+    case 1: return std::numeric_limits<float>::denorm_min();
+    case 2: return std::numeric_limits<float>::max();
+    case 3: return std::numeric_limits<float>::quiet_NaN();
+    case 4: return std::numeric_limits<float>::infinity();
+    case 5: return -2.0f;
+    case 6: return std::ldexp(1.0f, static_cast<int>(in.byte() % 250) - 125);
+    default: return in.any_float();
+    }
 }
 
 template <class T, class P>
@@ -75,7 +63,7 @@ void exercise(reader& in)
     xt::xarray<T> da = xt::xarray<T>::from_shape(shape_a), db = xt::xarray<T>::from_shape(shape_b);
     for (auto& x : da) x = detail::store<T>(in.any_float());
     for (auto& x : db) x = detail::store<T>(in.any_float());
-    const float sa = in.scale(), sb = in.scale();
+    const float sa = fuzz_scale(in), sb = fuzz_scale(in);
     guarded([&] {
         const ScaledArray<T, P> a(da, sa);
         const ScaledArray<T, P> b(db, sb);
@@ -122,7 +110,7 @@ void exercise(reader& in)
         guarded([&] { check_result(softmax(a, in.byte() % 3)); });
         guarded([&] { check_result(cast<float8_e5m2>(a)); });
         guarded([&] { check_result(cast<float8_e4m3fn, round_stochastic>(a, in.byte())); });
-        guarded([&] { check_result(rebalance_scale(a, in.scale())); });
+        guarded([&] { check_result(rebalance_scale(a, fuzz_scale(in))); });
         guarded([&] { check_result(mul(a, static_cast<double>(in.any_float()))); });
         guarded([&] { check_result(transpose(a)); });
         guarded([&] { check_result(reshape(a, {in.byte() % 7u})); });
