@@ -17,6 +17,28 @@
 
 namespace scalify {
 
+namespace detail {
+
+/// Row-major float copy of a's value (data times its block's scale), a block run at a time.
+template <class T, class S>
+void decode_scaled(const BlockScaledArray<T, S>& a, float* out)
+{
+    const std::size_t rows = a.shape()[0], cols = a.shape()[1];
+    const T* in = a.data().data();
+    for (std::size_t i = 0; i < rows; ++i) {
+        const std::size_t scale_row = i / a.block_rows();
+        for (std::size_t c0 = 0; c0 < cols; c0 += a.block_cols()) {
+            const float s = static_cast<float>(a.scales()(scale_row, c0 / a.block_cols()));
+            const std::size_t c1 = std::min(cols, c0 + a.block_cols());
+            const T* row_in = in + i * cols;
+            float* row_out = out + i * cols;
+            for (std::size_t c = c0; c < c1; ++c) row_out[c] = static_cast<float>(load(row_in[c])) * s;
+        }
+    }
+}
+
+}  // namespace detail
+
 /// a (M x K) times b (K x N), both block-scaled with the same block extent along K
 /// (a.block_cols() == b.block_rows()); any blocking along M and N. With E8M0 (power-of-two)
 /// scales each element is scaled exactly before one float32 GEMM, which equals scaling each
@@ -42,10 +64,8 @@ template <class A, class SA, class B, class SB>
         thread_local matrix a_panel, b_panel;
         a_panel.resize(static_cast<Eigen::Index>(m), static_cast<Eigen::Index>(k));
         b_panel.resize(static_cast<Eigen::Index>(k), static_cast<Eigen::Index>(n));
-        for (std::size_t i = 0; i < m; ++i)
-            for (std::size_t p = 0; p < k; ++p) a_panel(i, p) = static_cast<float>(detail::load(a.data()(i, p))) * a.scale_at(i, p);
-        for (std::size_t p = 0; p < k; ++p)
-            for (std::size_t j = 0; j < n; ++j) b_panel(p, j) = static_cast<float>(detail::load(b.data()(p, j))) * b.scale_at(p, j);
+        detail::decode_scaled(a, a_panel.data());
+        detail::decode_scaled(b, b_panel.data());
         if (k == 0) c.setZero();
         else c.noalias() = a_panel * b_panel;
     } else {

@@ -16,6 +16,8 @@
 #include <scalify/block/block_scaled_array.hpp>
 
 #include <algorithm>
+#include <bit>
+#include <cstdint>
 #include <cmath>
 #include <cstddef>
 #include <limits>
@@ -55,28 +57,53 @@ template <class Element, class ScaleT, class ScaleOf>
     xt::xarray<ScaleT> scales = xt::xarray<ScaleT>::from_shape({g.scale_rows, g.scale_cols});
     const float* in = x.data();
     Element* out = data.data();
+    // One block's amax (as abs bits: branch-free, so it vectorises; NaN or inf show as >= inf's
+    // bits) and its cast; Width > 0 fixes the run length at compile time (the MX 1 x 32 case).
+    const auto amax_bits_of = [](const float* run, std::size_t length, std::uint32_t amax_bits) {
+        for (std::size_t c = 0; c < length; ++c) {
+            const std::uint32_t m = std::bit_cast<std::uint32_t>(run[c]) & 0x7fffffffu;
+            amax_bits = m > amax_bits ? m : amax_bits;
+        }
+        return amax_bits;
+    };
+    const auto cast_run = [](const float* run, Element* run_out, std::size_t length, float multiplier) {
+        for (std::size_t c = 0; c < length; ++c) {
+            run_out[c] = convert<Element, round_nearest_even, saturate_finite>(run[c] * multiplier);
+        }
+    };
+    const auto scale_for = [&](std::uint32_t amax_bits) {
+        const bool special = amax_bits >= 0x7f800000u;
+        return scale_of(special ? std::numeric_limits<float>::quiet_NaN() : std::bit_cast<float>(amax_bits));
+    };
+    constexpr std::size_t mx_width = 32;
+    if (g.block_rows == 1 && g.block_cols == mx_width) {
+        for (std::size_t r = 0; r < g.rows; ++r) {
+            const float* row_in = in + r * g.cols;
+            Element* row_out = out + r * g.cols;
+            std::size_t bc = 0;
+            for (; (bc + 1) * mx_width <= g.cols; ++bc) {  // full blocks: fixed trip count
+                const auto [stored, multiplier] = scale_for(amax_bits_of(row_in + bc * mx_width, mx_width, 0));
+                scales(r, bc) = stored;
+                cast_run(row_in + bc * mx_width, row_out + bc * mx_width, mx_width, multiplier);
+            }
+            if (bc * mx_width < g.cols) {  // the partial last block
+                const std::size_t length = g.cols - bc * mx_width;
+                const auto [stored, multiplier] = scale_for(amax_bits_of(row_in + bc * mx_width, length, 0));
+                scales(r, bc) = stored;
+                cast_run(row_in + bc * mx_width, row_out + bc * mx_width, length, multiplier);
+            }
+        }
+        return BlockScaledArray<Element, ScaleT>(std::move(data), std::move(scales), g.block_rows, g.block_cols);
+    }
     for (std::size_t br = 0; br < g.scale_rows; ++br) {
         const std::size_t r0 = br * g.block_rows, r1 = std::min(g.rows, r0 + g.block_rows);
         for (std::size_t bc = 0; bc < g.scale_cols; ++bc) {
             const std::size_t c0 = bc * g.block_cols, c1 = std::min(g.cols, c0 + g.block_cols);
-            float amax = 0.0f;
-            bool special = false;
-            for (std::size_t r = r0; r < r1; ++r) {
-                for (std::size_t c = c0; c < c1; ++c) {
-                    const float m = std::abs(in[r * g.cols + c]);
-                    special = special || !(m <= std::numeric_limits<float>::max());  // NaN or inf
-                    amax = m > amax ? m : amax;
-                }
-            }
-            const auto [stored, multiplier] = scale_of(special ? std::numeric_limits<float>::quiet_NaN() : amax);
+            std::uint32_t amax_bits = 0;
+            for (std::size_t r = r0; r < r1; ++r) amax_bits = amax_bits_of(in + r * g.cols + c0, c1 - c0, amax_bits);
+            const auto [stored, multiplier] = scale_for(amax_bits);
             scales(br, bc) = stored;
-            for (std::size_t r = r0; r < r1; ++r) {
-                const float* row_in = in + r * g.cols;
-                Element* row_out = out + r * g.cols;
-                for (std::size_t c = c0; c < c1; ++c) {
-                    row_out[c] = convert<Element, round_nearest_even, saturate_finite>(row_in[c] * multiplier);
-                }
-            }
+            for (std::size_t r = r0; r < r1; ++r) cast_run(in + r * g.cols + c0, out + r * g.cols + c0, c1 - c0, multiplier);
         }
     }
     return BlockScaledArray<Element, ScaleT>(std::move(data), std::move(scales), g.block_rows, g.block_cols);
@@ -108,13 +135,18 @@ template <class Element>
         if (std::isnan(amax)) return detail::scale_pair_e8m0{float8_e8m0fnu::from_bits(0xff), std::numeric_limits<float>::quiet_NaN()};
         int exponent = -127;
         if (amax > 0.0f) {
+            // floor(log2 amax) from the bits for normal floats (no libm call per block).
+            const auto bits = std::bit_cast<std::uint32_t>(amax);
+            const int amax_exponent = bits >= 0x00800000u ? static_cast<int>(bits >> 23) - 127 : std::ilogb(amax);
             exponent = rule == mx_scale_rule::floor
-                           ? std::ilogb(amax) - emax
+                           ? amax_exponent - emax
                            : static_cast<int>(std::ceil(std::log2(static_cast<double>(amax) / element_max)));
             exponent = std::clamp(exponent, -127, 127);
         }
-        return detail::scale_pair_e8m0{float8_e8m0fnu::from_bits(static_cast<std::uint8_t>(exponent + 127)),
-                                       static_cast<float>(std::ldexp(1.0, -exponent))};
+        // 2^-exponent, built from bits while it is a normal float.
+        const float multiplier = exponent < 127 ? std::bit_cast<float>(static_cast<std::uint32_t>(127 - exponent) << 23)
+                                                : std::ldexp(1.0f, -exponent);
+        return detail::scale_pair_e8m0{float8_e8m0fnu::from_bits(static_cast<std::uint8_t>(exponent + 127)), multiplier};
     });
 }
 

@@ -51,6 +51,13 @@ template <class Op, class Strategy, class Out, class A, class PA, class B, class
     request.input_scales[0] = a.scale();
     request.input_scales[1] = b.scale();
     request.input_count = 2;
+    if (ca.low == C(1) && cb.low == C(1)) {
+        // The usual case, one multiplication per operand: a loop of its own so it stays lean.
+        const C ka_single = ca.high, kb_single = cb.high;
+        return finish<Op, Strategy, P, R, C>(op, shape, request, [=](std::size_t i) {
+            return f(ka_single == C(0) ? C(0) : load(pa[i]) * ka_single, kb_single == C(0) ? C(0) : load(pb[i]) * kb_single);
+        });
+    }
     return finish<Op, Strategy, P, R, C>(op, shape, request, [=](std::size_t i) {
         return f(scaled_load(pa[i], ca), scaled_load(pb[i], cb));
     });

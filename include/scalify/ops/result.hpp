@@ -82,13 +82,20 @@ template <class Op, class Strategy, ScalePolicy Policy, ScaledElement Out, class
     xt::xarray<Out> data = xt::xarray<Out>::from_shape(shape);
     Out* out = data.data();
 
-    const auto write = [&](float scale, auto&& source) {
+    // `source` is taken by value: a local copy of the element lambda (pointers and factors) that
+    // stores to `out` cannot alias, so the loop keeps them in registers and vectorises.
+    const auto write = [&](float scale, auto source) {
         if (scale == 0.0f || request.natural == 0.0f) {
             for (std::size_t i = 0; i < n; ++i) out[i] = store<Out>(C(0));
             return;
         }
         const auto factor = make_factor<C>(static_cast<double>(request.natural) / static_cast<double>(scale));
-        for (std::size_t i = 0; i < n; ++i) out[i] = store<Out>(factor.apply(source(i)));
+        if (factor.low == C(1)) {
+            const C k = factor.high;  // the usual case: one multiplication, in a loop of its own
+            for (std::size_t i = 0; i < n; ++i) out[i] = store<Out>(source(i) * k);
+        } else {
+            for (std::size_t i = 0; i < n; ++i) out[i] = store<Out>(factor.apply(source(i)));
+        }
     };
 
     if constexpr (Strategy::needs_amax) {
