@@ -99,7 +99,7 @@ template <class T>
 ScaledArray<T, pow2_scale> quantize(const xt::xarray<float>& x, bool scaled)
 {
     if (scaled) return current_scaling<T>{}.template quantize<pow2_scale>(x);
-    return detail::cast_with_multiplier<T, pow2_scale>(x, 1.0f);
+    return cast<T, round_nearest_even, saturate_finite>(as_scaled_array<pow2_scale>(x));
 }
 
 struct mlp {
