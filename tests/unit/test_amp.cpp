@@ -96,6 +96,21 @@ TEST_CASE("the same model under two policies yields the documented dtypes", "[am
     CHECK(strict.add == dtype::float32);  // the whole-policy override denies add
 }
 
+TEST_CASE("every amp op follows its class", "[amp]")
+{
+    const autocast on;
+    using A = amp<half_policy>;
+    const any_scaled_array<> h = cast<Eigen::half>(as_scaled_array(xt::xarray<float>{{1.0f, 4.0f}, {9.0f, 16.0f}}));
+    const any_scaled_array<> f = as_scaled_array(xt::xarray<float>{{1.0f, 2.0f}, {3.0f, 4.0f}});
+    for (const auto& r : {A::sub(h, h), A::div(h, h), A::maximum(h, h), A::minimum(h, h), A::neg(h), A::abs(h), A::transpose(h)}) {
+        CHECK(r.type() == dtype::float16);  // follow, all inputs fp16
+    }
+    for (const auto& r : {A::sub(h, f), A::maximum(f, h), A::neg(f)}) CHECK(r.type() == dtype::float32);  // follow, a float32 input
+    for (const auto& r : {A::sqrt(h), A::reduce_max(h, {1}), A::exp(h), A::log(h)}) CHECK(r.type() == dtype::float32);  // deny
+    CHECK(A::sqrt(h).value()(1, 1) == 4.0f);
+    CHECK(A::transpose(h).value()(0, 1) == 9.0f);
+}
+
 TEST_CASE("a user specialisation overrides one op", "[amp]")
 {
     const autocast on;

@@ -113,6 +113,52 @@ public:
         return apply<ops::mul, P>([]<class Out>(const auto& x, const auto& y) { return scalify::mul<default_scaling, Out>(x, y); }, a, b);
     }
     template <ScalePolicy P>
+    [[nodiscard]] static any_scaled_array<P> sub(const any_scaled_array<P>& a, const any_scaled_array<P>& b)
+    {
+        return apply<ops::sub, P>([]<class Out>(const auto& x, const auto& y) { return scalify::sub<default_scaling, Out>(x, y); }, a, b);
+    }
+    template <ScalePolicy P>
+    [[nodiscard]] static any_scaled_array<P> div(const any_scaled_array<P>& a, const any_scaled_array<P>& b)
+    {
+        return apply<ops::div, P>([]<class Out>(const auto& x, const auto& y) { return scalify::div<default_scaling, Out>(x, y); }, a, b);
+    }
+    template <ScalePolicy P>
+    [[nodiscard]] static any_scaled_array<P> maximum(const any_scaled_array<P>& a, const any_scaled_array<P>& b)
+    {
+        return apply<ops::maximum, P>([]<class Out>(const auto& x, const auto& y) { return scalify::maximum<default_scaling, Out>(x, y); }, a, b);
+    }
+    template <ScalePolicy P>
+    [[nodiscard]] static any_scaled_array<P> minimum(const any_scaled_array<P>& a, const any_scaled_array<P>& b)
+    {
+        return apply<ops::minimum, P>([]<class Out>(const auto& x, const auto& y) { return scalify::minimum<default_scaling, Out>(x, y); }, a, b);
+    }
+    template <ScalePolicy P>
+    [[nodiscard]] static any_scaled_array<P> neg(const any_scaled_array<P>& a)
+    {
+        return apply<ops::neg, P>([]<class Out>(const auto& x) { return cast<Out>(scalify::neg(x)); }, a);
+    }
+    template <ScalePolicy P>
+    [[nodiscard]] static any_scaled_array<P> abs(const any_scaled_array<P>& a)
+    {
+        return apply<ops::abs, P>([]<class Out>(const auto& x) { return cast<Out>(scalify::abs(x)); }, a);
+    }
+    template <ScalePolicy P>
+    [[nodiscard]] static any_scaled_array<P> sqrt(const any_scaled_array<P>& a)
+    {
+        return apply<ops::sqrt, P>([]<class Out>(const auto& x) { return cast<Out>(scalify::sqrt(x)); }, a);
+    }
+    template <ScalePolicy P>
+    [[nodiscard]] static any_scaled_array<P> reduce_max(const any_scaled_array<P>& a, std::vector<std::size_t> axes)
+    {
+        return apply<ops::reduce_max, P>(
+            [&axes]<class Out>(const auto& x) { return scalify::reduce_max<default_scaling, Out>(x, axes); }, a);
+    }
+    template <ScalePolicy P>
+    [[nodiscard]] static any_scaled_array<P> transpose(const any_scaled_array<P>& a)
+    {
+        return apply<ops::layout, P>([]<class Out>(const auto& x) { return cast<Out>(scalify::transpose(x)); }, a);
+    }
+    template <ScalePolicy P>
     [[nodiscard]] static any_scaled_array<P> relu(const any_scaled_array<P>& a)
     {
         return apply<ops::relu, P>([]<class Out>(const auto& x) { return cast<Out>(scalify::relu(x)); }, a);
