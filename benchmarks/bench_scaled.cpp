@@ -63,6 +63,19 @@ void matmul_f32_scalify(benchmark::State& state)
 }
 BENCHMARK(matmul_f32_scalify)->Name("matmul_f32_512_scalify")->Unit(benchmark::kMillisecond);
 
+void matmul_f32_scalify_reused(benchmark::State& state)
+{
+    const auto a = make_scaled_array<pow2_scale>(random_floats({dim, dim}, 1), 0.5f);
+    const auto b = make_scaled_array<pow2_scale>(random_floats({dim, dim}, 2), 2.0f);
+    auto c = matmul(a, b);
+    for (auto _ : state) {
+        c = matmul(a, b, std::move(c).release_data());  // the previous result's memory
+        benchmark::DoNotOptimize(c.data().data());
+    }
+    state.SetItemsProcessed(state.iterations() * 2 * dim * dim * dim);
+}
+BENCHMARK(matmul_f32_scalify_reused)->Name("matmul_f32_512_scalify_into_reused")->Unit(benchmark::kMillisecond);
+
 void matmul_fp8_peer(benchmark::State& state)
 {
     // The peer gets float copies of the fp8 data for free: only the sgemm is timed.

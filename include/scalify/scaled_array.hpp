@@ -201,6 +201,10 @@ public:
         return out;
     }
 
+    /// Moves the data out (the array is left empty), e.g. to hand its memory to the next result:
+    /// `c = matmul(a, b, std::move(c).release_data())`.
+    [[nodiscard]] data_type release_data() && noexcept { return std::move(m_data); }
+
     /// The same value under another element type is cast<U>(...); under another policy this:
     /// a float_scale array converts to pow2_scale only if its scale already is a power of two.
     template <ScalePolicy Other>

@@ -195,3 +195,18 @@ TEST_CASE("matmul over every operand type pairing agrees with double", "[matmul]
     check(cast<double>(xf), cast<double>(yf), 1e-6);  // result stored as float
     check(cast<float4_e2m1fn>(xf), yf, 1e-6);
 }
+
+TEST_CASE("matmul can reuse the previous result's memory", "[matmul]")
+{
+    const auto a = make_scaled_array<pow2_scale>(xt::xarray<float>{{1, 2}, {3, 4}}, 2.0f);
+    auto c = matmul(a, a);
+    const float* memory = c.data().data();
+    const xt::xarray<float> first = c.value();
+    c = matmul(a, a, std::move(c).release_data());
+    CHECK(c.data().data() == memory);
+    CHECK((c.value() == first));
+    // A buffer of another size is replaced.
+    c = matmul(a, make_scaled_array<pow2_scale>(xt::xarray<float>{{1, 0, 0}, {0, 1, 0}}, 1.0f), std::move(c).release_data());
+    CHECK(c.shape()[1] == 3);
+    CHECK(c.value()(1, 1) == 8.0f);
+}

@@ -44,9 +44,18 @@ template <class C, class T>
 
 }  // namespace detail
 
+namespace detail {
+/// Sentinel: no buffer to reuse.
+struct no_buffer {};
+}  // namespace detail
+
 /// a (M x K) times b (K x N). shape_error unless both are 2-D with matching inner dimensions.
-template <class Strategy = default_scaling, class Out = void, class A, class PA, class B, class PB>
-[[nodiscard]] auto matmul(const ScaledArray<A, PA>& a, const ScaledArray<B, PB>& b)
+/// The optional third argument is a buffer to write the result into (its memory is reused when it
+/// already holds M x N elements), typically the data of the previous result:
+///     c = matmul(a, b, std::move(c).release_data());   // no allocation in a loop
+template <class Strategy = default_scaling, class Out = void, class A, class PA, class B, class PB,
+          class Buffer = detail::no_buffer>
+[[nodiscard]] auto matmul(const ScaledArray<A, PA>& a, const ScaledArray<B, PB>& b, Buffer&& buffer = {})
 {
     using C = std::common_type_t<compute_t<A>, compute_t<B>>;
     using R = detail::out_or_t<Out, promote_t<A, B>>;
@@ -75,7 +84,16 @@ template <class Strategy = default_scaling, class Out = void, class A, class PA,
         // Static scale: fold natural / scale into GEMM's alpha and write straight into the result.
         const float scale = detail::checked_output_scale<P>(
             scaling_traits<ops::matmul, Strategy>::template output_scale<P>(request), "matmul", request);
-        xt::xarray<R> data = xt::xarray<R>::from_shape(shape);
+        xt::xarray<R> data;
+        if constexpr (std::same_as<std::remove_cvref_t<Buffer>, xt::xarray<R>>) {
+            data = std::move(buffer);
+            if (data.size() == m * n) data.reshape({m, n});  // same memory
+            else data = xt::xarray<R>::from_shape(shape);
+        } else {
+            static_assert(std::same_as<std::remove_cvref_t<Buffer>, detail::no_buffer>,
+                          "matmul's buffer must be an xt::xarray of the result's element type");
+            data = xt::xarray<R>::from_shape(shape);
+        }
         Eigen::Map<detail::row_major_matrix<C>> result(data.data(), static_cast<Eigen::Index>(m), static_cast<Eigen::Index>(n));
         if (scale == 0.0f || request.natural == 0.0f || k == 0) {
             result.setZero();
