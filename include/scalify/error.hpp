@@ -28,6 +28,13 @@ public:
     using error::error;
 };
 
+/// Misuse of the autodiff layer: a value used after its tape is gone, values of two tapes mixed,
+/// the gradient of a non-scalar output without a seed, a parameter the output does not depend on.
+class autodiff_error : public error {
+public:
+    using error::error;
+};
+
 /// An invalid configuration parameter (history length 0, growth factor <= 1, ...).
 class config_error : public error {
 public:

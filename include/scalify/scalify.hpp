@@ -6,6 +6,7 @@
 #include <scalify/amp/autocast.hpp>
 #include <scalify/amp/decoupled.hpp>
 #include <scalify/amp/policy.hpp>
+#include <scalify/autodiff.hpp>
 #include <scalify/block/block_ops.hpp>
 #include <scalify/block/block_scaled_array.hpp>
 #include <scalify/block/quantize.hpp>
@@ -22,6 +23,7 @@
 #include <scalify/ops/elementwise.hpp>
 #include <scalify/ops/matmul.hpp>
 #include <scalify/ops/nn.hpp>
+#include <scalify/ops/operators.hpp>
 #include <scalify/ops/reduce.hpp>
 #include <scalify/ops/result.hpp>
 #include <scalify/ops/shape.hpp>
@@ -32,3 +34,4 @@
 #include <scalify/train/autoscale.hpp>
 #include <scalify/train/backward.hpp>
 #include <scalify/train/loss_scaler.hpp>
+#include <scalify/train/sgd.hpp>

@@ -1,0 +1,228 @@
+#pragma once
+/// \file grad.hpp
+/// value_and_grad / grad over parameter trees, in the style of jax.value_and_grad.
+///
+/// A parameter tree is a ScaledArray, a std::vector / std::array / std::map<std::string, ...> of
+/// trees, or a user struct template whose fields are all of its template parameter and which
+/// lists them once for ADL:
+///
+///     template <class A>
+///     struct mlp {
+///         A w1, b1, w2, b2;
+///         template <class F>
+///         friend void for_each_parameter(mlp& self, F&& f) { f(self.w1); f(self.b1); f(self.w2); f(self.b2); }
+///     };
+///
+///     mlp<ScaledArray<float, pow2_scale>> params = ...;
+///     auto [loss, grads] = ad::value_and_grad<unit_scaling>(
+///         [&](const auto& p) { return softmax_cross_entropy(forward(p, x), labels); }, params);
+///     // grads: mlp<ad::gradient<pow2_scale>>, each with its own propagated scale
+///
+/// The function gets the same tree with every ScaledArray replaced by an ad::var watched on a
+/// fresh tape; it returns a scalar var. The tape and its graph are freed before value_and_grad
+/// returns.
+
+#include <scalify/autodiff/ops.hpp>
+#include <scalify/autodiff/tape.hpp>
+
+#include <array>
+#include <cstddef>
+#include <map>
+#include <string>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+namespace scalify::ad {
+
+namespace detail {
+
+template <class X>
+inline constexpr bool is_gradient_v = false;
+template <class P>
+inline constexpr bool is_gradient_v<gradient<P>> = true;
+
+template <class X>
+inline constexpr bool is_tree_leaf_v = scalify::is_scaled_array_v<X> || is_var_v<X> || is_gradient_v<X>;
+
+template <class X>
+inline constexpr bool is_std_vector_v = false;
+template <class X, class Alloc>
+inline constexpr bool is_std_vector_v<std::vector<X, Alloc>> = true;
+
+template <class X>
+inline constexpr bool is_std_array_v = false;
+template <class X, std::size_t N>
+inline constexpr bool is_std_array_v<std::array<X, N>> = true;
+
+template <class X>
+inline constexpr bool is_string_map_v = false;
+template <class X>
+inline constexpr bool is_string_map_v<std::map<std::string, X>> = true;
+
+/// A user struct S<A> that lists its fields through for_each_parameter.
+template <class X>
+struct parameter_struct : std::false_type {};
+template <template <class> class S, class A>
+    requires requires(S<A>& s) { for_each_parameter(s, [](auto&) {}); }
+struct parameter_struct<S<A>> : std::true_type {
+    using field_type = A;
+    template <class B>
+    using rebind = S<B>;
+};
+
+/// The first leaf type of a tree (its ScalePolicy is the tree's).
+template <class X>
+struct first_leaf {
+    using type = X;
+};
+template <class X>
+    requires(is_std_vector_v<X> || is_std_array_v<X> || is_string_map_v<X>)
+struct first_leaf<X> {
+    using type = typename first_leaf<typename X::value_type>::type;
+};
+template <class K, class X>
+struct first_leaf<std::pair<const K, X>> {
+    using type = typename first_leaf<X>::type;
+};
+template <class X>
+    requires parameter_struct<X>::value
+struct first_leaf<X> {
+    using type = typename first_leaf<typename parameter_struct<X>::field_type>::type;
+};
+
+/// The tree with f applied to every leaf, same structure.
+template <class Tree, class F>
+[[nodiscard]] auto tree_map(const Tree& tree, F& f)
+{
+    if constexpr (is_tree_leaf_v<Tree>) {
+        return f(tree);
+    } else if constexpr (is_std_vector_v<Tree>) {
+        std::vector<decltype(tree_map(tree.front(), f))> out;
+        out.reserve(tree.size());
+        for (const auto& item : tree) out.push_back(tree_map(item, f));
+        return out;
+    } else if constexpr (is_std_array_v<Tree>) {
+        return [&]<std::size_t... I>(std::index_sequence<I...>) {
+            return std::array{tree_map(tree[I], f)...};
+        }(std::make_index_sequence<std::tuple_size_v<Tree>>{});
+    } else if constexpr (is_string_map_v<Tree>) {
+        std::map<std::string, decltype(tree_map(tree.begin()->second, f))> out;
+        for (const auto& [name, item] : tree) out.emplace(name, tree_map(item, f));
+        return out;
+    } else if constexpr (parameter_struct<Tree>::value) {
+        using A = typename parameter_struct<Tree>::field_type;
+        using B = decltype(tree_map(std::declval<const A&>(), f));
+        std::vector<const A*> fields;
+        for_each_parameter(const_cast<Tree&>(tree), [&](auto& field) {  // the hook takes Self&; nothing is written
+            static_assert(std::same_as<std::remove_cvref_t<decltype(field)>, A>,
+                          "for_each_parameter: every field of a parameter struct S<A> must be an A");
+            fields.push_back(&field);
+        });
+        typename parameter_struct<Tree>::template rebind<B> out{};
+        std::size_t i = 0;
+        for_each_parameter(out, [&](B& field) { field = tree_map(*fields[i++], f); });
+        return out;
+    } else {
+        static_assert(is_tree_leaf_v<Tree>,
+                      "not a parameter tree: use ScaledArrays, std::vector / std::array / std::map<std::string, ...> of "
+                      "trees, or a struct template S<A> with a for_each_parameter hook (see autodiff/grad.hpp)");
+    }
+}
+
+/// Calls f(a_leaf, b_leaf) on the leaves of two trees of the same structure.
+template <class TreeA, class TreeB, class F>
+void tree_zip(TreeA& a, const TreeB& b, F& f)
+{
+    if constexpr (is_tree_leaf_v<std::remove_const_t<TreeA>>) {
+        f(a, b);
+    } else if constexpr (is_std_vector_v<std::remove_const_t<TreeA>> || is_std_array_v<std::remove_const_t<TreeA>>) {
+        if (a.size() != b.size()) {
+            SCALIFY_THROW(shape_error(fmt::format("parameter trees differ: {} entries and {} entries", a.size(), b.size())));
+        }
+        for (std::size_t i = 0; i < a.size(); ++i) tree_zip(a[i], b[i], f);
+    } else if constexpr (is_string_map_v<std::remove_const_t<TreeA>>) {
+        for (auto& [name, item] : a) {
+            const auto found = b.find(name);
+            if (found == b.end()) SCALIFY_THROW(shape_error(fmt::format("parameter trees differ: no entry '{}'", name)));
+            tree_zip(item, found->second, f);
+        }
+    } else {
+        using A = typename parameter_struct<std::remove_const_t<TreeA>>::field_type;
+        using B = typename parameter_struct<TreeB>::field_type;
+        std::vector<const B*> others;
+        for_each_parameter(const_cast<TreeB&>(b), [&](auto& field) { others.push_back(&field); });
+        std::size_t i = 0;
+        for_each_parameter(a, [&](auto& field) {
+            static_assert(std::same_as<std::remove_cvref_t<decltype(field)>, A>);
+            tree_zip(field, *others[i++], f);
+        });
+    }
+}
+
+}  // namespace detail
+
+/// The value of a function and its gradients with respect to the parameters.
+template <class Value, class Grads>
+struct value_and_grad_result {
+    Value value;  ///< the function's (scalar) result, a ScaledArray
+    Grads grads;  ///< one gradient tree per parameter tree (a std::tuple when there are several)
+};
+
+/// f(params as vars...) and the gradient of its scalar result with respect to every leaf of
+/// every parameter tree, each an ad::gradient<P> with its own propagated scale. Every op of f
+/// uses Strategy. autodiff_error when the result is not a scalar, or when it does not depend on
+/// a parameter (naming the parameter's position and shape).
+template <class Strategy = default_scaling, class F, class... Params>
+[[nodiscard]] auto value_and_grad(F&& f, const Params&... params)
+{
+    static_assert(sizeof...(Params) > 0, "value_and_grad: give at least one parameter tree");
+    using first = typename detail::first_leaf<std::tuple_element_t<0, std::tuple<Params...>>>::type;
+    using P = typename first::scale_policy;
+
+    tape<P> recording;
+    auto watch = [&](const auto& leaf) { return recording.template watch<Strategy>(leaf); };
+    auto vars = std::make_tuple(detail::tree_map(params, watch)...);
+    const auto output = std::apply(std::forward<F>(f), std::as_const(vars));
+    using Out = std::remove_cvref_t<decltype(output)>;
+    static_assert(detail::is_var_v<Out>, "value_and_grad: the function must return an ad::var (its scalar result)");
+    if (output.size() != 1) {
+        SCALIFY_THROW(autodiff_error(fmt::format(
+            "value_and_grad: the function returned shape {} ({} elements); gradients need a scalar result (reduce it, "
+            "or use ad::tape::backward with a seed cotangent)",
+            shape_string(output.shape()), output.size())));
+    }
+    if (!output.requires_grad()) {
+        SCALIFY_THROW(autodiff_error("value_and_grad: the result does not depend on any parameter"));
+    }
+    recording.backward(output);
+
+    std::size_t position = 0;
+    auto read = [&](const auto& leaf) -> gradient<P> {
+        ++position;
+        try {
+            return recording.gradient_of(leaf);
+        } catch (const autodiff_error&) {
+            SCALIFY_THROW(autodiff_error(fmt::format(
+                "value_and_grad: parameter leaf {} (shape {}) is not part of the graph: the result does not depend on it",
+                position, shape_string(leaf.shape()))));
+        }
+    };
+    auto grads = std::apply([&](const auto&... v) { return std::make_tuple(detail::tree_map(v, read)...); }, vars);
+    if constexpr (sizeof...(Params) == 1) {
+        return value_and_grad_result<typename Out::array_type, std::tuple_element_t<0, decltype(grads)>>{
+            output.value(), std::move(std::get<0>(grads))};
+    } else {
+        return value_and_grad_result<typename Out::array_type, decltype(grads)>{output.value(), std::move(grads)};
+    }
+}
+
+/// The gradients only (see value_and_grad).
+template <class Strategy = default_scaling, class F, class... Params>
+[[nodiscard]] auto grad(F&& f, const Params&... params)
+{
+    return value_and_grad<Strategy>(std::forward<F>(f), params...).grads;
+}
+
+}  // namespace scalify::ad

@@ -1,0 +1,593 @@
+#pragma once
+/// \file ops.hpp
+/// The differentiable primitives: the scaled ops and operators on ad::var, found by ADL, so a
+/// model written once as a template runs on plain ScaledArrays (no tape) and on vars (gradients).
+/// Each op computes with the scaled primitive of the same name under the var's Strategy and
+/// records the backward rule of train/backward.hpp. Mixed operands: a ScaledArray next to a var
+/// is a constant; a double multiplies or divides through the scale (the design's scaled_mul).
+///
+/// Gradient-path ops change nothing in the forward pass and act on the cotangent only:
+/// cast_grad<T> (jax-scalify's cast_ml_dtype_grad), dynamic_rescale_{max,l1,l2}_grad and
+/// stop_gradient.
+
+#include <scalify/autodiff/recipe.hpp>
+#include <scalify/autodiff/tape.hpp>
+#include <scalify/ops/elementwise.hpp>
+#include <scalify/ops/matmul.hpp>
+#include <scalify/ops/nn.hpp>
+#include <scalify/ops/reduce.hpp>
+#include <scalify/ops/shape.hpp>
+#include <scalify/strategy/rescale.hpp>
+#include <scalify/train/backward.hpp>
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <concepts>
+#include <cstddef>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+namespace scalify::ad {
+
+namespace detail {
+
+template <class X>
+inline constexpr bool is_scaled_array_v = scalify::is_scaled_array_v<X>;
+
+/// Operands of a differentiable binary op: at least one var, the other a var or a ScaledArray.
+template <class X, class Y>
+concept var_operands = (is_var_v<X> || is_var_v<Y>) && (is_var_v<X> || is_scaled_array_v<X>) &&
+                       (is_var_v<Y> || is_scaled_array_v<Y>);
+
+template <class X, class Y>
+using strategy_of_t = typename std::conditional_t<is_var_v<X>, X, Y>::strategy;
+
+/// x as a var of Strategy S: itself, or a constant made from a ScaledArray.
+template <class S, class X>
+[[nodiscard]] auto lift(const X& x)
+{
+    if constexpr (is_var_v<X>) {
+        static_assert(std::same_as<typename X::strategy, S>, "ad: operands are vars of different strategies");
+        return x;
+    } else {
+        return var<typename X::value_type, typename X::scale_policy, S>(x);
+    }
+}
+
+template <class T>
+[[nodiscard]] std::vector<std::size_t> shape_vector(const T& shape)
+{
+    return std::vector<std::size_t>(shape.begin(), shape.end());
+}
+
+/// A zero array of g's type and policy (one element, broadcast by where).
+template <class G, class P>
+[[nodiscard]] ScaledArray<G, P> zero_like(const ScaledArray<G, P>&)
+{
+    return ScaledArray<G, P>(xt::xarray<G>::from_shape({1}), 0.0f);
+}
+
+}  // namespace detail
+
+// ---- binary -----------------------------------------------------------------------------------
+
+/// a + b with broadcasting.
+template <class X, class Y>
+    requires detail::var_operands<X, Y>
+[[nodiscard]] auto add(const X& x, const Y& y)
+{
+    using S = detail::strategy_of_t<X, Y>;
+    const auto a = detail::lift<S>(x);
+    const auto b = detail::lift<S>(y);
+    return detail::record_op<S>("add", scalify::add<S>(a.value(), b.value()), std::tuple{a, b},
+                                [](const auto& g, const auto&, const auto& av, const auto& bv) {
+                                    auto r = scalify::add_vjp<S>(g, av.shape(), bv.shape());
+                                    return std::tuple{std::move(r.first), std::move(r.second)};
+                                });
+}
+
+/// a - b with broadcasting.
+template <class X, class Y>
+    requires detail::var_operands<X, Y>
+[[nodiscard]] auto sub(const X& x, const Y& y)
+{
+    using S = detail::strategy_of_t<X, Y>;
+    const auto a = detail::lift<S>(x);
+    const auto b = detail::lift<S>(y);
+    return detail::record_op<S>("sub", scalify::sub<S>(a.value(), b.value()), std::tuple{a, b},
+                                [](const auto& g, const auto&, const auto& av, const auto& bv) {
+                                    auto r = scalify::sub_vjp<S>(g, av.shape(), bv.shape());
+                                    return std::tuple{std::move(r.first), std::move(r.second)};
+                                });
+}
+
+namespace detail {
+/// Binary ops whose backward rule takes (g, a, b): mul, div, maximum, minimum.
+template <class S, class A, class B, class Forward, class Vjp>
+[[nodiscard]] auto binary_with_values(const char* op, const A& a, const B& b, Forward forward, Vjp vjp)
+{
+    return record_op<S>(op, forward(a.value(), b.value()), std::tuple{a, b},
+                        [vjp](const auto& g, const auto&, const auto& av, const auto& bv) {
+                            auto r = vjp(g, av, bv);
+                            return std::tuple{std::move(r.first), std::move(r.second)};
+                        });
+}
+}  // namespace detail
+
+/// a * b with broadcasting.
+template <class X, class Y>
+    requires detail::var_operands<X, Y>
+[[nodiscard]] auto mul(const X& x, const Y& y)
+{
+    using S = detail::strategy_of_t<X, Y>;
+    return detail::binary_with_values<S>(
+        "mul", detail::lift<S>(x), detail::lift<S>(y), [](const auto& a, const auto& b) { return scalify::mul<S>(a, b); },
+        [](const auto& g, const auto& a, const auto& b) { return scalify::mul_vjp<S>(g, a, b); });
+}
+
+/// a / b with broadcasting.
+template <class X, class Y>
+    requires detail::var_operands<X, Y>
+[[nodiscard]] auto div(const X& x, const Y& y)
+{
+    using S = detail::strategy_of_t<X, Y>;
+    return detail::binary_with_values<S>(
+        "div", detail::lift<S>(x), detail::lift<S>(y), [](const auto& a, const auto& b) { return scalify::div<S>(a, b); },
+        [](const auto& g, const auto& a, const auto& b) { return scalify::div_vjp<S>(g, a, b); });
+}
+
+/// Element-wise maximum; the gradient goes to a where a >= b.
+template <class X, class Y>
+    requires detail::var_operands<X, Y>
+[[nodiscard]] auto maximum(const X& x, const Y& y)
+{
+    using S = detail::strategy_of_t<X, Y>;
+    return detail::binary_with_values<S>(
+        "maximum", detail::lift<S>(x), detail::lift<S>(y),
+        [](const auto& a, const auto& b) { return scalify::maximum<S>(a, b); },
+        [](const auto& g, const auto& a, const auto& b) { return scalify::maximum_vjp<S>(g, a, b); });
+}
+
+/// Element-wise minimum; the gradient goes to a where a <= b.
+template <class X, class Y>
+    requires detail::var_operands<X, Y>
+[[nodiscard]] auto minimum(const X& x, const Y& y)
+{
+    using S = detail::strategy_of_t<X, Y>;
+    return detail::binary_with_values<S>(
+        "minimum", detail::lift<S>(x), detail::lift<S>(y),
+        [](const auto& a, const auto& b) { return scalify::minimum<S>(a, b); },
+        [](const auto& g, const auto& a, const auto& b) { return scalify::minimum_vjp<S>(g, a, b); });
+}
+
+// ---- with a scalar: the factor folds into the scale ---------------------------------------------
+
+template <class T, class P, class S>
+[[nodiscard]] var<T, P, S> mul(const var<T, P, S>& x, double c)
+{
+    return detail::record_op<S>("mul", scalify::mul(x.value(), c), std::tuple{x},
+                                [c](const auto& g, const auto&, const auto&) { return std::tuple{scalify::mul(g, c)}; });
+}
+template <class T, class P, class S>
+[[nodiscard]] var<T, P, S> mul(double c, const var<T, P, S>& x)
+{
+    return mul(x, c);
+}
+template <class T, class P, class S>
+[[nodiscard]] var<T, P, S> div(const var<T, P, S>& x, double c)
+{
+    return detail::record_op<S>("div", scalify::div(x.value(), c), std::tuple{x},
+                                [c](const auto& g, const auto&, const auto&) { return std::tuple{scalify::div(g, c)}; });
+}
+
+// ---- unary ------------------------------------------------------------------------------------
+
+template <class T, class P, class S>
+[[nodiscard]] var<T, P, S> neg(const var<T, P, S>& x)
+{
+    return detail::record_op<S>("neg", scalify::neg<S>(x.value()), std::tuple{x},
+                                [](const auto& g, const auto&, const auto&) { return std::tuple{scalify::neg_vjp(g)}; });
+}
+
+template <class T, class P, class S>
+[[nodiscard]] var<T, P, S> abs(const var<T, P, S>& x)
+{
+    return detail::record_op<S>("abs", scalify::abs<S>(x.value()), std::tuple{x},
+                                [](const auto& g, const auto&, const auto& xv) { return std::tuple{scalify::abs_vjp<S>(g, xv)}; });
+}
+
+template <class T, class P, class S>
+[[nodiscard]] var<T, P, S> relu(const var<T, P, S>& x)
+{
+    return detail::record_op<S>("relu", scalify::relu<S>(x.value()), std::tuple{x},
+                                [](const auto& g, const auto&, const auto& xv) { return std::tuple{scalify::relu_vjp<S>(g, xv)}; });
+}
+
+template <class T, class P, class S>
+[[nodiscard]] var<T, P, S> gelu(const var<T, P, S>& x)
+{
+    return detail::record_op<S>("gelu", scalify::gelu<S>(x.value()), std::tuple{x},
+                                [](const auto& g, const auto&, const auto& xv) { return std::tuple{scalify::gelu_vjp<S>(g, xv)}; });
+}
+
+template <class T, class P, class S>
+[[nodiscard]] var<T, P, S> exp(const var<T, P, S>& x)
+{
+    return detail::record_op<S>("exp", scalify::exp<S>(x.value()), std::tuple{x},
+                                [](const auto& g, const auto& y, const auto&) { return std::tuple{scalify::exp_vjp<S>(g, y)}; });
+}
+
+template <class T, class P, class S>
+[[nodiscard]] var<T, P, S> log(const var<T, P, S>& x)
+{
+    return detail::record_op<S>("log", scalify::log<S>(x.value()), std::tuple{x},
+                                [](const auto& g, const auto&, const auto& xv) { return std::tuple{scalify::log_vjp<S>(g, xv)}; });
+}
+
+template <class T, class P, class S>
+[[nodiscard]] var<T, P, S> sqrt(const var<T, P, S>& x)
+{
+    return detail::record_op<S>("sqrt", scalify::sqrt<S>(x.value()), std::tuple{x},
+                                [](const auto& g, const auto& y, const auto&) { return std::tuple{scalify::sqrt_vjp<S>(g, y)}; });
+}
+
+/// softmax along `axis`.
+template <class T, class P, class S>
+[[nodiscard]] var<T, P, S> softmax(const var<T, P, S>& x, std::size_t axis)
+{
+    return detail::record_op<S>("softmax", scalify::softmax<S>(x.value(), axis), std::tuple{x},
+                                [axis](const auto& g, const auto& y, const auto&) {
+                                    return std::tuple{scalify::softmax_vjp<S>(g, y, axis)};
+                                });
+}
+
+// ---- reductions -------------------------------------------------------------------------------
+
+template <class T, class P, class S>
+[[nodiscard]] var<T, P, S> reduce_sum(const var<T, P, S>& x, std::vector<std::size_t> axes)
+{
+    auto out = scalify::reduce_sum<S>(x.value(), axes);
+    return detail::record_op<S>("reduce_sum", std::move(out), std::tuple{x},
+                                [axes = std::move(axes)](const auto& g, const auto&, const auto& xv) {
+                                    return std::tuple{scalify::reduce_sum_vjp(g, xv.shape(), axes)};
+                                });
+}
+template <class T, class P, class S>
+[[nodiscard]] var<T, P, S> reduce_sum(const var<T, P, S>& x)
+{
+    std::vector<std::size_t> axes(x.dimension());
+    for (std::size_t d = 0; d < axes.size(); ++d) axes[d] = d;
+    return reduce_sum(x, std::move(axes));
+}
+
+namespace detail {
+
+/// Cotangent of reduce_max: g goes to the positions holding the maximum of their slot, split
+/// evenly between ties (as PyTorch's amax and JAX's reduce_max do); NaN slots send NaN.
+template <class G, class P, class X>
+[[nodiscard]] ScaledArray<G, P> reduce_max_vjp(const ScaledArray<G, P>& g, const ScaledArray<X, P>& x,
+                                              const ScaledArray<X, P>& y, const std::vector<std::size_t>& axes)
+{
+    using C = compute_t<X>;
+    using CG = compute_t<G>;
+    std::vector<std::size_t> kept = shape_vector(x.shape());
+    for (auto axis : axes) kept[axis] = 1;
+    const std::vector<std::size_t> full = shape_vector(x.shape());
+    const xt::xarray<C> xv = x.value();
+    const xt::xarray<C> top = xt::broadcast(xt::xarray<C>(scalify::reshape(y, kept).value()), full);
+    xt::xarray<float> is_max = xt::xarray<float>::from_shape(full);
+    for (std::size_t i = 0; i < xv.size(); ++i) {
+        const C t = top.data()[i];
+        is_max.data()[i] = (xv.data()[i] == t || t != t) ? 1.0f : 0.0f;
+    }
+    // Tie counts are small integers: exact under natural scaling at scale 1.
+    const auto counts = scalify::reduce_sum<natural_scaling>(ScaledArray<float, P>(is_max, 1.0f), axes);
+    const xt::xarray<float> ties = xt::broadcast(xt::xarray<float>(scalify::reshape(counts, kept).data()), full);
+    const xt::xarray<G> gv = xt::broadcast(scalify::reshape(g, kept).data(), full);
+    xt::xarray<G> data = xt::xarray<G>::from_shape(full);
+    for (std::size_t i = 0; i < data.size(); ++i) {
+        const CG share = is_max.data()[i] != 0.0f ? scalify::detail::load(gv.data()[i]) / static_cast<CG>(ties.data()[i]) : CG(0);
+        data.data()[i] = scalify::detail::store<G>(share);
+    }
+    return ScaledArray<G, P>(std::move(data), g.scale());
+}
+
+}  // namespace detail
+
+template <class T, class P, class S>
+[[nodiscard]] var<T, P, S> reduce_max(const var<T, P, S>& x, std::vector<std::size_t> axes)
+{
+    auto out = scalify::reduce_max<S>(x.value(), axes);
+    return detail::record_op<S>("reduce_max", std::move(out), std::tuple{x},
+                                [axes = std::move(axes)](const auto& g, const auto& y, const auto& xv) {
+                                    return std::tuple{detail::reduce_max_vjp(g, xv, y, axes)};
+                                });
+}
+template <class T, class P, class S>
+[[nodiscard]] var<T, P, S> reduce_max(const var<T, P, S>& x)
+{
+    std::vector<std::size_t> axes(x.dimension());
+    for (std::size_t d = 0; d < axes.size(); ++d) axes[d] = d;
+    return reduce_max(x, std::move(axes));
+}
+
+// ---- selection and layout ---------------------------------------------------------------------
+
+/// cond ? a : b with broadcasting; the cotangent goes to the branch that was chosen.
+template <class X, class Y>
+    requires detail::var_operands<X, Y>
+[[nodiscard]] auto where(const xt::xarray<bool>& cond, const X& x, const Y& y)
+{
+    using S = detail::strategy_of_t<X, Y>;
+    const auto a = detail::lift<S>(x);
+    const auto b = detail::lift<S>(y);
+    return detail::record_op<S>(
+        "where", scalify::where<S>(cond, a.value(), b.value()), std::tuple{a, b},
+        [cond](const auto& g, const auto&, const auto& av, const auto& bv) {
+            using G = typename std::remove_cvref_t<decltype(g)>::value_type;
+            const auto zero = detail::zero_like(g);
+            return std::tuple{scalify::detail::unbroadcast<S>(scalify::where<S, G>(cond, g, zero), av.shape()),
+                              scalify::detail::unbroadcast<S>(scalify::where<S, G>(cond, zero, g), bv.shape())};
+        });
+}
+
+template <class T, class P, class S>
+[[nodiscard]] var<T, P, S> transpose(const var<T, P, S>& x)
+{
+    return detail::record_op<S>("transpose", scalify::transpose(x.value()), std::tuple{x},
+                                [](const auto& g, const auto&, const auto&) { return std::tuple{scalify::transpose_vjp(g)}; });
+}
+
+/// Axes permuted: output axis d is input axis perm[d].
+template <class T, class P, class S>
+[[nodiscard]] var<T, P, S> transpose(const var<T, P, S>& x, std::vector<std::size_t> perm)
+{
+    auto out = scalify::transpose(x.value(), perm);
+    std::vector<std::size_t> inverse(perm.size());
+    for (std::size_t d = 0; d < perm.size(); ++d) inverse[perm[d]] = d;
+    return detail::record_op<S>("transpose", std::move(out), std::tuple{x},
+                                [inverse = std::move(inverse)](const auto& g, const auto&, const auto&) {
+                                    return std::tuple{scalify::transpose(g, inverse)};
+                                });
+}
+
+template <class T, class P, class S>
+[[nodiscard]] var<T, P, S> reshape(const var<T, P, S>& x, std::vector<std::size_t> shape)
+{
+    return detail::record_op<S>("reshape", scalify::reshape(x.value(), std::move(shape)), std::tuple{x},
+                                [](const auto& g, const auto&, const auto& xv) {
+                                    return std::tuple{scalify::reshape_vjp(g, xv.shape())};
+                                });
+}
+
+namespace detail {
+
+/// g placed at [first, last) along `axis` of a zero array of `shape` (slice's backward rule).
+template <class G, class P, class Shape>
+[[nodiscard]] ScaledArray<G, P> pad_slice(const ScaledArray<G, P>& g, const Shape& shape, std::size_t axis, std::size_t first)
+{
+    const std::vector<std::size_t> full = shape_vector(shape);
+    xt::xarray<G> data = xt::xarray<G>::from_shape(full);
+    std::fill(data.begin(), data.end(), scalify::detail::store<G>(compute_t<G>(0)));
+    std::size_t outer = 1, inner = 1;
+    for (std::size_t d = 0; d < axis; ++d) outer *= full[d];
+    for (std::size_t d = axis + 1; d < full.size(); ++d) inner *= full[d];
+    const std::size_t width = g.shape()[axis] * inner;
+    for (std::size_t o = 0; o < outer; ++o) {
+        std::copy_n(g.data().data() + o * width, width, data.data() + (o * full[axis] + first) * inner);
+    }
+    return ScaledArray<G, P>(std::move(data), g.scale());
+}
+
+}  // namespace detail
+
+/// [first, last) along `axis`.
+template <class T, class P, class S>
+[[nodiscard]] var<T, P, S> slice(const var<T, P, S>& x, std::size_t axis, std::size_t first, std::size_t last)
+{
+    return detail::record_op<S>("slice", scalify::slice(x.value(), axis, first, last), std::tuple{x},
+                                [axis, first](const auto& g, const auto&, const auto& xv) {
+                                    return std::tuple{detail::pad_slice(g, xv.shape(), axis, first)};
+                                });
+}
+
+/// Parts joined along `axis`; each part's cotangent is its slice of the output's.
+template <class T, class P, class S>
+[[nodiscard]] var<T, P, S> concatenate(const std::vector<var<T, P, S>>& parts, std::size_t axis = 0)
+{
+    std::vector<ScaledArray<T, P>> values;
+    values.reserve(parts.size());
+    for (const auto& part : parts) values.push_back(part.value());
+    auto out = scalify::concatenate<S>(values, axis);
+    std::vector<std::size_t> offsets{0};
+    for (const auto& part : parts) offsets.push_back(offsets.back() + part.shape()[axis]);
+    return detail::record_op_n<S>("concatenate", std::move(out), parts,
+                                  [axis, offsets = std::move(offsets)](const auto& g, std::size_t i) {
+                                      return scalify::slice(g, axis, offsets[i], offsets[i + 1]);
+                                  });
+}
+
+// ---- type and scale ---------------------------------------------------------------------------
+
+/// Data converted to U; the cotangent passes through unchanged (the value did not change type
+/// for the mathematics; use cast_grad to round gradients).
+template <ScaledElement U, RoundingPolicy Rounding = round_nearest_even, SaturationPolicy Saturation = no_saturation,
+          class T, class P, class S>
+[[nodiscard]] var<U, P, S> cast(const var<T, P, S>& x)
+{
+    return detail::record_op<S>("cast", scalify::cast<U, Rounding, Saturation>(x.value()), std::tuple{x},
+                                [](const auto& g, const auto&, const auto&) { return std::tuple{g}; });
+}
+
+/// Same value, data divided and scale multiplied by `factor`; the cotangent passes unchanged.
+template <class T, class P, class S>
+[[nodiscard]] var<T, P, S> rebalance_scale(const var<T, P, S>& x, float factor)
+{
+    return detail::record_op<S>("rebalance_scale", scalify::rebalance_scale(x.value(), factor), std::tuple{x},
+                                [](const auto& g, const auto&, const auto&) { return std::tuple{g}; });
+}
+
+// ---- gradient path ----------------------------------------------------------------------------
+
+/// Identity forward; the cotangent is cast to G on its way back (jax-scalify's
+/// cast_ml_dtype_grad): E5M2 gradients behind an E4M3 forward.
+template <ScaledElement G, RoundingPolicy Rounding = round_nearest_even, SaturationPolicy Saturation = no_saturation,
+          class T, class P, class S>
+[[nodiscard]] var<T, P, S> cast_grad(const var<T, P, S>& x)
+{
+    static_assert(GradientElement<G>, "cast_grad: G must be one of the gradient types (see ad::GradientElement)");
+    return detail::record_op<S>("cast_grad", x.value(), std::tuple{x}, [](const auto& g, const auto&, const auto&) {
+        return std::tuple{scalify::cast<G, Rounding, Saturation>(g)};
+    });
+}
+
+/// Identity forward; the cotangent's data max |.| is moved into its scale on the way back.
+template <class T, class P, class S>
+[[nodiscard]] var<T, P, S> dynamic_rescale_max_grad(const var<T, P, S>& x)
+{
+    return detail::record_op<S>("dynamic_rescale_max_grad", x.value(), std::tuple{x},
+                                [](const auto& g, const auto&, const auto&) { return std::tuple{scalify::dynamic_rescale_max(g)}; });
+}
+/// Identity forward; the cotangent's data mean |.| is moved into its scale on the way back.
+template <class T, class P, class S>
+[[nodiscard]] var<T, P, S> dynamic_rescale_l1_grad(const var<T, P, S>& x)
+{
+    return detail::record_op<S>("dynamic_rescale_l1_grad", x.value(), std::tuple{x},
+                                [](const auto& g, const auto&, const auto&) { return std::tuple{scalify::dynamic_rescale_l1(g)}; });
+}
+/// Identity forward; the cotangent's data RMS is moved into its scale on the way back.
+template <class T, class P, class S>
+[[nodiscard]] var<T, P, S> dynamic_rescale_l2_grad(const var<T, P, S>& x)
+{
+    return detail::record_op<S>("dynamic_rescale_l2_grad", x.value(), std::tuple{x},
+                                [](const auto& g, const auto&, const auto&) { return std::tuple{scalify::dynamic_rescale_l2(g)}; });
+}
+
+/// The same value as a constant: no gradient flows back through it.
+template <class T, class P, class S>
+[[nodiscard]] var<T, P, S> stop_gradient(const var<T, P, S>& x)
+{
+    return var<T, P, S>(x.value());
+}
+
+// ---- matmul -----------------------------------------------------------------------------------
+
+namespace detail {
+
+/// a.b recorded with matmul_vjp; only the gradients an input needs are computed (each by the
+/// same product matmul_vjp forms).
+template <class R, class S, class A, class B, class P>
+[[nodiscard]] var<R, P, S> recorded_matmul(const var<A, P, S>& a, const var<B, P, S>& b)
+{
+    const bool need_a = a.requires_grad(), need_b = b.requires_grad();
+    return record_op<S>("matmul", scalify::matmul<S, R>(a.value(), b.value()), std::tuple{a, b},
+                        [need_a, need_b](const auto& g, const auto&, const auto& av, const auto& bv) {
+                            using GA = decltype(scalify::matmul<S>(g, scalify::transpose(bv)));
+                            using GB = decltype(scalify::matmul<S>(scalify::transpose(av), g));
+                            if (need_a && need_b) {
+                                auto r = scalify::matmul_vjp<S>(g, av, bv);
+                                return std::tuple<GA, GB>{std::move(r.first), std::move(r.second)};
+                            }
+                            if (need_a) return std::tuple<GA, GB>{scalify::matmul<S>(g, scalify::transpose(bv)), GB{}};
+                            return std::tuple<GA, GB>{GA{}, scalify::matmul<S>(scalify::transpose(av), g)};
+                        });
+}
+
+}  // namespace detail
+
+/// a (M x K) times b (K x N). Under a matmul_precision_scope the operands are first cast to the
+/// scope's forward type and the cotangent reaching the product to its gradient type (see
+/// recipe.hpp); the result keeps the type it has without the scope.
+template <class X, class Y>
+    requires detail::var_operands<X, Y>
+[[nodiscard]] auto matmul(const X& x, const Y& y)
+{
+    using S = detail::strategy_of_t<X, Y>;
+    const auto a = detail::lift<S>(x);
+    const auto b = detail::lift<S>(y);
+    using R = promote_t<typename decltype(a)::value_type, typename decltype(b)::value_type>;
+    const matmul_precision precision = current_matmul_precision();
+    if (precision.forward == dtype::float32 && precision.gradient == dtype::float32) {
+        return detail::recorded_matmul<R>(a, b);
+    }
+    return detail::with_dtype(precision.forward, [&]<class F>() {
+        auto product = [&] {
+            if constexpr (std::same_as<F, float>) return detail::recorded_matmul<R>(a, b);
+            else return detail::recorded_matmul<R>(cast<F, round_nearest_even, saturate_finite>(a),
+                                                   cast<F, round_nearest_even, saturate_finite>(b));
+        }();
+        return detail::with_dtype(precision.gradient, [&]<class G>() {
+            if constexpr (std::same_as<G, float>) return product;
+            else return cast_grad<G>(product);
+        });
+    });
+}
+
+// ---- loss -------------------------------------------------------------------------------------
+
+/// Mean softmax cross-entropy of logits (batch x classes) against integer labels, as a scalar
+/// (0-d) float var; its backward rule is the cross-entropy gradient times the incoming scalar
+/// cotangent, which folds into the scale (a loss weight only moves the gradient's scale).
+template <class T, class P, class S, class Labels>
+[[nodiscard]] var<float, P, S> softmax_cross_entropy(const var<T, P, S>& logits, const Labels& labels)
+{
+    auto ce = scalify::softmax_cross_entropy(logits.value(), labels);
+    xt::xarray<float> loss = xt::xarray<float>::from_shape({});
+    loss() = static_cast<float>(ce.loss);
+    return detail::record_op<S>("softmax_cross_entropy", ScaledArray<float, P>(std::move(loss), 1.0f), std::tuple{logits},
+                                [grad = std::move(ce.grad)](const auto& g, const auto&, const auto&) {
+                                    return std::tuple{scalify::mul(grad, double(g.value().data()[0]))};
+                                });
+}
+
+// ---- operators --------------------------------------------------------------------------------
+
+template <class X, class Y>
+    requires detail::var_operands<X, Y>
+[[nodiscard]] auto operator+(const X& x, const Y& y)
+{
+    return add(x, y);
+}
+template <class X, class Y>
+    requires detail::var_operands<X, Y>
+[[nodiscard]] auto operator-(const X& x, const Y& y)
+{
+    return sub(x, y);
+}
+template <class X, class Y>
+    requires detail::var_operands<X, Y>
+[[nodiscard]] auto operator*(const X& x, const Y& y)
+{
+    return mul(x, y);
+}
+template <class X, class Y>
+    requires detail::var_operands<X, Y>
+[[nodiscard]] auto operator/(const X& x, const Y& y)
+{
+    return div(x, y);
+}
+template <class T, class P, class S>
+[[nodiscard]] var<T, P, S> operator-(const var<T, P, S>& x)
+{
+    return neg(x);
+}
+template <class T, class P, class S>
+[[nodiscard]] var<T, P, S> operator*(const var<T, P, S>& x, double c)
+{
+    return mul(x, c);
+}
+template <class T, class P, class S>
+[[nodiscard]] var<T, P, S> operator*(double c, const var<T, P, S>& x)
+{
+    return mul(x, c);
+}
+template <class T, class P, class S>
+[[nodiscard]] var<T, P, S> operator/(const var<T, P, S>& x, double c)
+{
+    return div(x, c);
+}
+
+}  // namespace scalify::ad

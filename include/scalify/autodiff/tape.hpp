@@ -1,0 +1,422 @@
+#pragma once
+/// \file tape.hpp
+/// Reverse-mode autodiff over ScaledArrays: ad::var (a differentiable value), ad::tape (the
+/// Wengert list it records into) and ad::custom_op (how an op records itself).
+///
+/// A var holds a ScaledArray<T, P> and, when it depends on a watched parameter, a node on a tape.
+/// Every differentiable op computes its result eagerly with the scaled primitives (so scales
+/// propagate exactly as without autodiff) and, when an input needs a gradient, appends a node
+/// whose backward function maps the output's cotangent to its inputs' cotangents with the
+/// existing backward rules (train/backward.hpp). tape::backward walks the nodes in reverse.
+///
+/// Lifetime: the tape owns its nodes; a node keeps its value (needed by its consumers' backward
+/// rules) and shares its inputs' nodes. Destroying the tape frees the whole graph; a var that
+/// outlived it still reads its value but cannot enter a new op (autodiff_error).
+///
+///     ad::tape<pow2_scale> tape;
+///     auto w = tape.watch<unit_scaling>(w0);         // a parameter
+///     auto loss = reduce_sum(relu(matmul(x, w)));     // x: a ScaledArray, a constant here
+///     tape.backward(loss);
+///     ad::gradient<pow2_scale> gw = tape.gradient(w);
+
+#include <scalify/autodiff/gradient.hpp>
+#include <scalify/error.hpp>
+#include <scalify/ops/elementwise.hpp>
+#include <scalify/scaled_array.hpp>
+#include <scalify/strategy/scaling.hpp>
+
+#include <fmt/format.h>
+
+#include <cstddef>
+#include <functional>
+#include <memory>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+namespace scalify::ad {
+
+/// Returned by a backward function for an input that gets no gradient (a mask, an index).
+struct no_gradient {};
+
+template <ScaledElement T, ScalePolicy P = float_scale, class Strategy = default_scaling>
+class var;
+
+template <ScalePolicy P>
+class tape;
+
+namespace detail {
+
+template <ScalePolicy P>
+struct node_base {
+    node_base() = default;
+    node_base(const node_base&) = delete;
+    node_base& operator=(const node_base&) = delete;
+    virtual ~node_base() = default;
+
+    gradient<P> grad;                                  ///< accumulated cotangent of the value
+    std::function<void(const gradient<P>&)> backward;  ///< empty for parameters and constants
+    const void* tape = nullptr;                        ///< identity of the owning tape, if any
+    std::size_t index = 0;                             ///< position on the tape
+    bool requires_grad = false;
+    bool watched = false;                              ///< a parameter: its gradient is kept
+};
+
+template <ScaledElement T, ScalePolicy P, class Strategy>
+struct value_node final : node_base<P> {
+    explicit value_node(ScaledArray<T, P> v) : value(std::move(v)) {}
+    ScaledArray<T, P> value;
+
+    /// Adds one consumer's cotangent. Equal types are summed by add<Strategy>; different types
+    /// are first widened (exactly) to float, or double if either is double, which is what
+    /// add's promotion would compute.
+    template <ScaledElement G>
+    void accumulate(ScaledArray<G, P> g)
+    {
+        if (!std::equal(g.shape().begin(), g.shape().end(), value.shape().begin(), value.shape().end())) {
+            SCALIFY_THROW(shape_error(fmt::format(
+                "backward: a cotangent of shape {} reached a value of shape {} (node {} of its tape): a custom "
+                "op's backward function returned the wrong shape",
+                shape_string(g.shape()), shape_string(value.shape()), this->index)));
+        }
+        if (this->grad.empty()) {
+            this->grad = gradient<P>(std::move(g));
+            return;
+        }
+        this->grad = this->grad.visit([&](const auto& held) -> gradient<P> {
+            using H = typename std::remove_cvref_t<decltype(held)>::value_type;
+            if constexpr (std::same_as<H, G>) {
+                return scalify::add<Strategy>(held, g);
+            } else {
+                using C = std::conditional_t<std::same_as<H, double> || std::same_as<G, double>, double, float>;
+                return scalify::add<Strategy>(scalify::cast<C>(held), scalify::cast<C>(g));
+            }
+        });
+    }
+};
+
+template <ScalePolicy P>
+struct tape_state {
+    tape_state() = default;
+    tape_state(const tape_state&) = delete;
+    tape_state& operator=(const tape_state&) = delete;
+    ~tape_state()
+    {
+        // Backward functions share their inputs' nodes; dropping them breaks every link, so the
+        // nodes of vars that escaped keep only their own values.
+        for (auto& node : nodes) node->backward = nullptr;
+    }
+    std::vector<std::shared_ptr<node_base<P>>> nodes;
+};
+
+template <class X>
+inline constexpr bool is_var_v = false;
+template <class T, class P, class S>
+inline constexpr bool is_var_v<var<T, P, S>> = true;
+
+struct var_access;
+
+}  // namespace detail
+
+/// A differentiable value: a ScaledArray and, if it depends on a watched parameter, its node on a
+/// tape. Built from a ScaledArray it is a constant (no gradient flows into it).
+template <ScaledElement T, ScalePolicy P, class Strategy>
+class var {
+    static_assert(ScalingStrategy<Strategy>, "the Strategy argument does not satisfy scalify::ScalingStrategy");
+
+public:
+    using value_type = T;
+    using scale_policy = P;
+    using strategy = Strategy;
+    using array_type = ScaledArray<T, P>;
+
+    /// An empty var (no value): assign to it before use.
+    var() = default;
+
+    /// A constant: implicit, so a ScaledArray can be passed wherever a var is expected.
+    var(ScaledArray<T, P> constant)  // NOLINT(google-explicit-constructor)
+        : m_node(std::make_shared<detail::value_node<T, P, Strategy>>(std::move(constant)))
+    {
+    }
+
+    /// The value; autodiff_error for an empty var.
+    [[nodiscard]] const ScaledArray<T, P>& value() const
+    {
+        if (!m_node) SCALIFY_THROW(autodiff_error("ad::var: the var is empty (default-constructed, never assigned)"));
+        return m_node->value;
+    }
+    [[nodiscard]] const auto& shape() const { return value().shape(); }
+    [[nodiscard]] float scale() const { return value().scale(); }
+    [[nodiscard]] std::size_t size() const { return value().size(); }
+    [[nodiscard]] std::size_t dimension() const { return value().dimension(); }
+    [[nodiscard]] bool empty() const noexcept { return !m_node; }
+    /// Whether a gradient flows into this value (it depends on a watched parameter).
+    [[nodiscard]] bool requires_grad() const noexcept { return m_node && m_node->requires_grad; }
+    /// Whether the tape it was recorded on still exists (false for constants).
+    [[nodiscard]] bool tape_alive() const noexcept { return m_has_tape && !m_tape.expired(); }
+
+private:
+    friend struct detail::var_access;
+    template <ScalePolicy>
+    friend class tape;
+
+    std::shared_ptr<detail::value_node<T, P, Strategy>> m_node;
+    std::weak_ptr<detail::tape_state<P>> m_tape;
+    bool m_has_tape = false;
+};
+
+namespace detail {
+
+struct var_access {
+    template <class T, class P, class S>
+    static const std::shared_ptr<value_node<T, P, S>>& node(const var<T, P, S>& v)
+    {
+        if (!v.m_node) SCALIFY_THROW(autodiff_error("ad: an empty var (default-constructed, never assigned) entered an op"));
+        return v.m_node;
+    }
+    /// The live tape of v (null for a constant); autodiff_error when its tape is gone.
+    template <class T, class P, class S>
+    static std::shared_ptr<tape_state<P>> live_tape(const var<T, P, S>& v, const char* op)
+    {
+        if (!v.m_has_tape) return nullptr;
+        auto state = v.m_tape.lock();
+        if (!state) {
+            SCALIFY_THROW(autodiff_error(fmt::format(
+                "{}: a value of shape {} is used after its tape was destroyed (did a var escape the function given to "
+                "value_and_grad, or outlive its ad::tape?)",
+                op, shape_string(v.value().shape()))));
+        }
+        return state;
+    }
+    template <class T, class P, class S>
+    static var<T, P, S> make(std::shared_ptr<value_node<T, P, S>> node, const std::shared_ptr<tape_state<P>>& state)
+    {
+        var<T, P, S> out;
+        out.m_node = std::move(node);
+        if (state) {
+            out.m_tape = state;
+            out.m_has_tape = true;
+        }
+        return out;
+    }
+};
+
+/// Sends cotangent c to the input node n, unless c is no_gradient or n needs none.
+template <class Node, class Cotangent>
+void send(Node& n, Cotangent&& c)
+{
+    if constexpr (!std::same_as<std::remove_cvref_t<Cotangent>, no_gradient>) {
+        if (n.requires_grad) n.accumulate(std::forward<Cotangent>(c));
+    }
+}
+
+}  // namespace detail
+
+namespace detail {
+
+/// Records an op. `backward(g, output, inputs...)` gets the output's cotangent and the values of
+/// the output and of every input, and returns one cotangent (or no_gradient) per input.
+template <class Strategy, ScaledElement T, ScalePolicy P, class... Inputs, class Backward>
+[[nodiscard]] var<T, P, Strategy> record_op(const char* op, ScaledArray<T, P> output, const std::tuple<Inputs...>& inputs,
+                                            Backward backward)
+{
+    static_assert((is_var_v<Inputs> && ...), "custom_op: every input must be an ad::var");
+    static_assert((std::same_as<typename Inputs::scale_policy, P> && ...),
+                  "custom_op: inputs and output must share one ScalePolicy");
+    static_assert((std::same_as<typename Inputs::strategy, Strategy> && ...),
+                  "custom_op: inputs must be vars of the same Strategy");
+
+    std::shared_ptr<tape_state<P>> state;
+    bool requires_grad = false;
+    std::apply(
+        [&](const auto&... in) {
+            const auto visit_input = [&](const auto& v) {
+                auto live = var_access::live_tape(v, op);
+                if (live && state && live != state) {
+                    SCALIFY_THROW(autodiff_error(fmt::format("{}: inputs come from two different tapes", op)));
+                }
+                if (live) state = std::move(live);
+                requires_grad = requires_grad || var_access::node(v)->requires_grad;
+            };
+            (visit_input(in), ...);
+        },
+        inputs);
+
+    auto node = std::make_shared<value_node<T, P, Strategy>>(std::move(output));
+    if (!state || !requires_grad) return var_access::make(std::move(node), std::shared_ptr<tape_state<P>>{});
+
+    node->requires_grad = true;
+    node->tape = state.get();
+    node->index = state->nodes.size();
+    auto input_nodes = std::apply([](const auto&... in) { return std::make_tuple(var_access::node(in)...); }, inputs);
+    // The closure lives in the node, so the raw pointer to it is valid whenever it runs.
+    node->backward = [self = node.get(), input_nodes = std::move(input_nodes),
+                      backward = std::move(backward)](const gradient<P>& g) {
+        g.visit([&](const auto& cotangent) {
+            auto results = std::apply([&](const auto&... in) { return backward(cotangent, self->value, in->value...); },
+                                      input_nodes);
+            static_assert(std::tuple_size_v<decltype(results)> == sizeof...(Inputs),
+                          "custom_op: the backward function must return one cotangent (or ad::no_gradient) per input");
+            [&]<std::size_t... I>(std::index_sequence<I...>) {
+                (send(*std::get<I>(input_nodes), std::move(std::get<I>(results))), ...);
+            }(std::index_sequence_for<Inputs...>{});
+        });
+    };
+    state->nodes.push_back(node);
+    return var_access::make(std::move(node), state);
+}
+
+/// Records an op over a run-time number of inputs of one type (concatenate): `backward(g, i)`
+/// returns the cotangent of input i.
+template <class Strategy, ScaledElement T, ScalePolicy P, ScaledElement I, class Backward>
+[[nodiscard]] var<T, P, Strategy> record_op_n(const char* op, ScaledArray<T, P> output,
+                                              const std::vector<var<I, P, Strategy>>& inputs, Backward backward)
+{
+    std::shared_ptr<tape_state<P>> state;
+    bool requires_grad = false;
+    std::vector<std::shared_ptr<value_node<I, P, Strategy>>> input_nodes;
+    for (const auto& v : inputs) {
+        auto live = var_access::live_tape(v, op);
+        if (live && state && live != state) {
+            SCALIFY_THROW(autodiff_error(fmt::format("{}: inputs come from two different tapes", op)));
+        }
+        if (live) state = std::move(live);
+        input_nodes.push_back(var_access::node(v));
+        requires_grad = requires_grad || input_nodes.back()->requires_grad;
+    }
+    auto node = std::make_shared<value_node<T, P, Strategy>>(std::move(output));
+    if (!state || !requires_grad) return var_access::make(std::move(node), std::shared_ptr<tape_state<P>>{});
+    node->requires_grad = true;
+    node->tape = state.get();
+    node->index = state->nodes.size();
+    node->backward = [input_nodes = std::move(input_nodes), backward = std::move(backward)](const gradient<P>& g) {
+        g.visit([&](const auto& cotangent) {
+            for (std::size_t i = 0; i < input_nodes.size(); ++i) {
+                if (input_nodes[i]->requires_grad) input_nodes[i]->accumulate(backward(cotangent, i));
+            }
+        });
+    };
+    state->nodes.push_back(node);
+    return var_access::make(std::move(node), state);
+}
+
+}  // namespace detail
+
+/// Records a user-defined differentiable op (torch.autograd.Function, jax.custom_vjp): `output`
+/// was computed from `inputs`, a tuple of vars sharing P and Strategy. During the backward sweep
+/// `backward(g)` or `backward(g, input_values...)` is called with the output's cotangent as
+/// `const ScaledArray<G, P>&` (G is decided at run time: write a generic callable) and returns a
+/// std::tuple with one entry per input: a ScaledArray cotangent of that input's shape, or
+/// ad::no_gradient. The result is a constant when no input needs a gradient.
+///
+///     auto y = ad::custom_op<S>(scalify::mul(x.value(), 3.0), std::tuple{x},
+///                               [](const auto& g) { return std::tuple{scalify::mul(g, 3.0)}; });
+template <class Strategy, ScaledElement T, ScalePolicy P, class... Inputs, class Backward>
+[[nodiscard]] var<T, P, Strategy> custom_op(ScaledArray<T, P> output, const std::tuple<Inputs...>& inputs, Backward backward)
+{
+    return detail::record_op<Strategy>(
+        "custom_op", std::move(output), inputs, [backward = std::move(backward)](const auto& g, const auto&, const auto&... in) {
+            if constexpr (std::is_invocable_v<const Backward&, decltype(g), decltype(in)...>) return backward(g, in...);
+            else return backward(g);
+        });
+}
+
+/// The record of one differentiable computation. Watch parameters, compute, call backward once
+/// per output, read gradients. Not copyable; destroying it frees the graph.
+template <ScalePolicy P>
+class tape {
+public:
+    tape() : m_state(std::make_shared<detail::tape_state<P>>()) {}
+    tape(const tape&) = delete;
+    tape& operator=(const tape&) = delete;
+    tape(tape&&) noexcept = default;
+    tape& operator=(tape&&) noexcept = default;
+
+    /// A parameter: a var whose gradient this tape computes.
+    template <class Strategy = default_scaling, ScaledElement T>
+    [[nodiscard]] var<T, P, Strategy> watch(ScaledArray<T, P> array)
+    {
+        auto node = std::make_shared<detail::value_node<T, P, Strategy>>(std::move(array));
+        node->requires_grad = true;
+        node->watched = true;
+        node->tape = m_state.get();
+        node->index = m_state->nodes.size();
+        m_state->nodes.push_back(node);
+        return detail::var_access::make(std::move(node), m_state);
+    }
+
+    /// Number of nodes recorded (parameters included).
+    [[nodiscard]] std::size_t size() const noexcept { return m_state->nodes.size(); }
+
+    /// Back-propagates `seed` (the cotangent of `output`, same shape; any ScaledElement type)
+    /// through every node the output depends on. Parameters' gradients add up over calls.
+    template <ScaledElement T, class Strategy, ScaledElement G>
+    void backward(const var<T, P, Strategy>& output, ScaledArray<G, P> seed)
+    {
+        const auto& node = own_node(output, "tape::backward");
+        if (!std::equal(seed.shape().begin(), seed.shape().end(), output.shape().begin(), output.shape().end())) {
+            SCALIFY_THROW(shape_error(fmt::format("tape::backward: seed of shape {} for an output of shape {}",
+                                                  shape_string(seed.shape()), shape_string(output.shape()))));
+        }
+        node->accumulate(std::move(seed));
+        for (std::size_t i = node->index + 1; i-- > 0;) {
+            auto& n = *m_state->nodes[i];
+            if (n.grad.empty() || !n.backward) continue;
+            n.backward(n.grad);
+            if (!n.watched) n.grad = {};  // an intermediate cotangent is dead once sent on
+        }
+    }
+
+    /// Back-propagates from a scalar output (one element) with seed 1; autodiff_error otherwise.
+    template <ScaledElement T, class Strategy>
+    void backward(const var<T, P, Strategy>& output)
+    {
+        if (output.size() != 1) {
+            SCALIFY_THROW(autodiff_error(fmt::format(
+                "tape::backward: the output has shape {} ({} elements); a gradient needs a scalar output or a seed "
+                "cotangent (tape.backward(output, seed))",
+                shape_string(output.shape()), output.size())));
+        }
+        using S = std::conditional_t<std::same_as<T, double>, double, float>;
+        xt::xarray<S> ones = xt::xarray<S>::from_shape(output.shape());
+        ones.fill(S(1));
+        backward(output, ScaledArray<S, P>(std::move(ones), 1.0f));
+    }
+
+    /// The gradient of a watched parameter; autodiff_error when none reached it (the output
+    /// does not depend on it) or when `parameter` was not watched by this tape.
+    template <ScaledElement T, class Strategy>
+    [[nodiscard]] const gradient<P>& gradient_of(const var<T, P, Strategy>& parameter) const
+    {
+        const auto& node = own_node(parameter, "tape::gradient_of");
+        if (!node->watched) {
+            SCALIFY_THROW(autodiff_error(fmt::format(
+                "tape::gradient_of: the value of shape {} is not a watched parameter", shape_string(parameter.shape()))));
+        }
+        if (node->grad.empty()) {
+            SCALIFY_THROW(autodiff_error(fmt::format(
+                "tape::gradient_of: the parameter of shape {} (node {}) is not part of the graph: the output does "
+                "not depend on it",
+                shape_string(parameter.shape()), node->index)));
+        }
+        return node->grad;
+    }
+
+private:
+    template <ScaledElement T, class Strategy>
+    const std::shared_ptr<detail::value_node<T, P, Strategy>>& own_node(const var<T, P, Strategy>& v, const char* op) const
+    {
+        const auto& node = detail::var_access::node(v);
+        if (node->tape != m_state.get()) {
+            SCALIFY_THROW(autodiff_error(fmt::format("{}: the value of shape {} was not recorded on this tape{}", op,
+                                                     shape_string(v.shape()),
+                                                     node->tape == nullptr ? " (it is a constant)" : "")));
+        }
+        return node;
+    }
+
+    std::shared_ptr<detail::tape_state<P>> m_state;
+};
+
+}  // namespace scalify::ad
