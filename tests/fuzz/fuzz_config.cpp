@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 
 using namespace scalify;
 
@@ -59,19 +60,53 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     } catch (const config_error&) {
     }
     try {
-        autoscale_config config;
+        // AutoScale: a strategy and a context from fuzzer bytes, then a run of ops (a cast and a
+        // matmul per step) over fuzzer-chosen levels, with a final check. Scales stay positive
+        // powers of two or the op refuses with a scale_error; nothing else may escape.
+        const std::uint8_t which = in.byte() % 3;
+        const double op_freq = in.byte() / 200.0;
+        const double loop_freq = in.byte() / 200.0;
+        autoscale::context_config config;
         config.analysis_iters = in.byte() % 4;
-        config.op_freq = in.byte() / 200.0;
-        config.loop_freq = in.byte() / 200.0;
-        config.warn_log2 = in.byte() / 16.0;
-        autoscale<pow2_scale> scaler(config);
-        scaler.set_warning_handler([](const autoscale_warning&) {});
-        for (int step = 0; step < 16 && in.size; ++step) {
+        config.norm = static_cast<autoscale::norm_kind>(in.byte() % 3);
+        config.warn_log2 = (static_cast<int>(in.byte()) - 8) / 16.0;
+        const auto make = [&]() -> std::unique_ptr<autoscale::scaling_context<pow2_scale>> {
+            if (which == 0) return std::make_unique<autoscale::scaling_context<pow2_scale>>(config, autoscale::on_off(op_freq, loop_freq));
+            if (which == 1) return std::make_unique<autoscale::scaling_context<pow2_scale>>(config, autoscale::adaptive(op_freq, 1 + in.byte() % 4, 1 + in.byte() % 64));
+            return std::make_unique<autoscale::scaling_context<pow2_scale>>(config);
+        };
+        const auto ctx = make();
+        std::size_t warnings = 0;
+        ctx->set_warning_handler([&](const autoscale::warning& w) {
+            ++warnings;
+            if (!(w.held > 0.0f) || !(w.measured > 0.0f)) fail("autoscale warning scales > 0");
+        });
+        const auto cast_op = ctx->op(in.byte() % 2 ? "a" : "b");
+        const auto mm_op = ctx->op("mm");
+        for (int step = 0; step < 24 && in.size; ++step) {
+            if (step == 20) ctx->final_check();
             const float level = in.any_float();
-            const auto y = scaler.run<float8_e4m3fn>(in.byte() % 2 ? "a" : "b", std::abs(in.any_float()),
-                                                     [level] { return xt::xarray<float>{level, -level}; });
-            if (!is_pow2_or_zero(y.scale()) || !(y.scale() > 0.0f)) fail("autoscale scale is a positive power of two");
+            const ScaledArray<float, pow2_scale> x(xt::xarray<float>{{level, -level}, {0.5f * level, in.any_float()}}, 1.0f);
+            try {
+                const auto y = ctx->scale_as<float8_e4m3fn>(cast_op, x);
+                if (!is_pow2_or_zero(y.scale())) fail("autoscale cast scale is a power of two");
+                const auto z = ctx->apply<float8_e5m2>(mm_op, [&]<class S>(autoscale::strategy_tag<S>) { return matmul<S, float>(y, y); });
+                if (!is_pow2_or_zero(z.scale())) fail("autoscale matmul scale is a power of two");
+                const auto any = ctx->scale(cast_op, x, dtype::bfloat16);
+                if (!(any.scale() >= 0.0f)) fail("autoscale runtime-typed scale >= 0");
+            } catch (const scale_error&) {
+            }
         }
+        const auto report = ctx->report();
+        if (report.warnings.size() != warnings) fail("autoscale report keeps every warning");
+        std::size_t per_op = 0;
+        for (const auto& op : report.ops) {
+            per_op += op.warnings;
+            if (op.remeasurements + op.analysis_measurements < op.history.size()) fail("autoscale history bounded by measurements");
+            if (!(op.prop_scale > 0.0f) || !std::isfinite(op.prop_scale)) fail("autoscale multiplier finite > 0");
+        }
+        if (per_op != warnings) fail("autoscale per-op warning counts add up");
+        (void)fmt::format("{}", report);
     } catch (const config_error&) {
     }
     return 0;

@@ -198,64 +198,7 @@ TEST_CASE("tensor_stats judge values against a target format", "[diagnostics]")
     CHECK(csv.str() == "step,op,scale,data_amax\n0,fc1,1,500\n1,fc1,2,500\n");
 }
 
-TEST_CASE("autoscale: analysis, warnings on drift, none for a stable op, final check", "[autoscale]")
-{
-    autoscale<pow2_scale> scaler(autoscale_config::on_off(0.5, 0.25));
-    std::vector<autoscale_warning> warnings;
-    scaler.set_warning_handler([&](const autoscale_warning& w) { warnings.push_back(w); });
-    const auto constant = [](float level) { return [level] { return xt::xarray<float>{level, -level, level, -level}; }; };
-
-    // "stable": RMS 3 at every step. "drifting": stable during analysis, then grows 2x per use.
-    for (int use = 1; use <= 30; ++use) {
-        const auto s = scaler.run<float8_e4m3fn>("stable", 1.0f, constant(3.0f));
-        CHECK(s.value()(0) == Approx(3.0f).epsilon(0.07));
-        const float level = use <= 10 ? 1.0f + 0.01f * use : std::ldexp(1.1f, use - 10);
-        const auto d = scaler.run<float8_e4m3fn>("drifting", 1.0f, constant(level));
-        CHECK(is_pow2_or_zero(d.scale()));
-    }
-    CHECK(scaler.state("stable").frozen);        // variance 0: the most stable half
-    CHECK_FALSE(scaler.state("drifting").frozen);
-    // Re-measured every 4 uses after analysis: uses 14, 18, 22, 26, 30; the scale grew 2^4 between
-    // each, more than warn_log2 = 2 binades: a warning each time (the first also: 2^4 from 1.1).
-    REQUIRE(warnings.size() == 5);
-    for (const auto& w : warnings) {
-        CHECK(w.op == "drifting");
-        CHECK(std::abs(std::log2(w.measured / w.held)) > 2.0);
-    }
-    CHECK(warnings[0].use == 14);
-
-    // The final check re-measures the frozen op too: stable stays quiet; drifting one warns again.
-    scaler.request_final_check();
-    (void)scaler.run<float8_e4m3fn>("stable", 1.0f, constant(3.0f));
-    (void)scaler.run<float8_e4m3fn>("drifting", 1.0f, constant(std::ldexp(1.0f, 40)));
-    REQUIRE(warnings.size() == 6);
-    CHECK(warnings.back().final_check);
-    CHECK(warnings.back().op == "drifting");
-
-    // A frozen op whose data drift is caught by the final check.
-    autoscale<pow2_scale> frozen_all(autoscale_config::on_off(1.0, 1.0));
-    std::size_t count = 0;
-    frozen_all.set_warning_handler([&](const autoscale_warning& w) { count += w.frozen ? 1 : 0; });
-    for (int use = 1; use <= 12; ++use) (void)frozen_all.run<float>("op", 2.0f, constant(use <= 10 ? 2.0f : 64.0f));
-    CHECK(count == 0);  // frozen: not re-measured
-    frozen_all.request_final_check();
-    (void)frozen_all.run<float>("op", 2.0f, constant(64.0f));
-    CHECK(count == 1);
-
-    // Conservative default: every use re-measured, scales follow the data, no warnings for slow drift.
-    autoscale<float_scale> conservative;
-    std::size_t quiet = 0;
-    conservative.set_warning_handler([&](const autoscale_warning&) { ++quiet; });
-    for (int use = 1; use <= 40; ++use) {
-        const auto y = conservative.run<Eigen::half>("op", 1.0f, constant(std::ldexp(1.0f, use)));
-        CHECK(y.scale() == Approx(std::ldexp(1.0f, use)));
-    }
-    CHECK(quiet == 0);
-
-    CHECK_THROWS_WITH(autoscale<>(autoscale_config{.analysis_iters = 0}), Contains("analysis_iters must be > 0, got 0"));
-    CHECK_THROWS_WITH(autoscale<>(autoscale_config::on_off(1.5, 0.5)), Contains("op_freq must be in [0, 1], got 1.5"));
-    CHECK_THROWS_WITH(autoscale<>(autoscale_config::on_off(0.5, 0.0)), Contains("loop_freq"));
-}
+// AutoScale: tests/unit/test_autoscale.cpp.
 
 TEST_CASE("fuzz regressions: delayed_scaling never stores a zero or infinite multiplier", "[amax_scaling][fuzz_regression]")
 {
