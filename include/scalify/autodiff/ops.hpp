@@ -498,9 +498,31 @@ template <class R, class S, class A, class B, class P>
 
 }  // namespace detail
 
+namespace detail {
+
+/// The operand side of a recipe: rebalanced for F (see cast_scaling), then cast to F
+/// (nearest even, saturating); the cotangent passes back unchanged.
+template <ScaledElement F, class T, class P, class S>
+[[nodiscard]] var<F, P, S> recipe_cast(const var<T, P, S>& x, cast_scaling scaling)
+{
+    return record_op<S>("matmul_precision_scope", scalify::cast<F, round_nearest_even, saturate_finite>(rescale_for_cast<F>(x.value(), scaling)),
+                        std::tuple{x}, [](const auto& g, const auto&, const auto&) { return std::tuple{g}; });
+}
+
+/// The cotangent side: identity forward; the cotangent is rebalanced for G and cast to G.
+template <ScaledElement G, class T, class P, class S>
+[[nodiscard]] var<T, P, S> recipe_cast_grad(const var<T, P, S>& x, cast_scaling scaling)
+{
+    return record_op<S>("matmul_precision_scope", x.value(), std::tuple{x}, [scaling](const auto& g, const auto&, const auto&) {
+        return std::tuple{scalify::cast<G, round_nearest_even, saturate_finite>(rescale_for_cast<G>(g, scaling))};
+    });
+}
+
+}  // namespace detail
+
 /// a (M x K) times b (K x N). Under a matmul_precision_scope the operands are first cast to the
-/// scope's forward type and the cotangent reaching the product to its gradient type (see
-/// recipe.hpp); the result keeps the type it has without the scope.
+/// scope's forward type and the cotangent reaching the product to its gradient type, each scaled
+/// as the scope says (see recipe.hpp); the result keeps the type it has without the scope.
 template <class X, class Y>
     requires detail::var_operands<X, Y>
 [[nodiscard]] auto matmul(const X& x, const Y& y)
@@ -516,12 +538,12 @@ template <class X, class Y>
     return detail::with_dtype(precision.forward, [&]<class F>() {
         auto product = [&] {
             if constexpr (std::same_as<F, float>) return detail::recorded_matmul<R>(a, b);
-            else return detail::recorded_matmul<R>(cast<F, round_nearest_even, saturate_finite>(a),
-                                                   cast<F, round_nearest_even, saturate_finite>(b));
+            else return detail::recorded_matmul<R>(detail::recipe_cast<F>(a, precision.scaling),
+                                                   detail::recipe_cast<F>(b, precision.scaling));
         }();
         return detail::with_dtype(precision.gradient, [&]<class G>() {
             if constexpr (std::same_as<G, float>) return product;
-            else return cast_grad<G>(product);
+            else return detail::recipe_cast_grad<G>(product, precision.scaling);
         });
     });
 }
@@ -591,3 +613,36 @@ template <class T, class P, class S>
 }
 
 }  // namespace scalify::ad
+
+namespace scalify {
+
+// Gradient-path ops on plain ScaledArrays (no tape, nothing flows back): the identity (a copy), so a
+// model that uses them runs unchanged for inference.
+template <ScaledElement G, RoundingPolicy Rounding = round_nearest_even, SaturationPolicy Saturation = no_saturation,
+          class T, class P>
+[[nodiscard]] ScaledArray<T, P> cast_grad(const ScaledArray<T, P>& x)
+{
+    return x;
+}
+template <class T, class P>
+[[nodiscard]] ScaledArray<T, P> dynamic_rescale_max_grad(const ScaledArray<T, P>& x)
+{
+    return x;
+}
+template <class T, class P>
+[[nodiscard]] ScaledArray<T, P> dynamic_rescale_l1_grad(const ScaledArray<T, P>& x)
+{
+    return x;
+}
+template <class T, class P>
+[[nodiscard]] ScaledArray<T, P> dynamic_rescale_l2_grad(const ScaledArray<T, P>& x)
+{
+    return x;
+}
+template <class T, class P>
+[[nodiscard]] ScaledArray<T, P> stop_gradient(const ScaledArray<T, P>& x)
+{
+    return x;
+}
+
+}  // namespace scalify

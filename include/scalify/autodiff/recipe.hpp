@@ -17,14 +17,27 @@
 #include <scalify/amp/any_scaled_array.hpp>
 #include <scalify/numeric/eigen.hpp>
 #include <scalify/numeric/minifloat.hpp>
+#include <scalify/ops/elementwise.hpp>
+#include <scalify/scaled_array.hpp>
+
+#include <cmath>
+#include <limits>
 
 namespace scalify::ad {
 
+/// Where the casts of a recipe put the data relative to the target format's range.
+enum class cast_scaling {
+    propagated,  ///< at the scale the value carries (scalify's method: no measurement)
+    current,     ///< after rescaling so the data's amax maps to the format's largest value (per-tensor current scaling)
+    unscaled,    ///< after moving the whole scale into the data (scale 1): plain low-precision arithmetic
+};
+
 /// The types of a differentiable matmul's operands (forward) and of the cotangent reaching it
-/// (gradient); float32 means no cast.
+/// (gradient), float32 meaning no cast, and how the casts are scaled.
 struct matmul_precision {
     dtype forward = dtype::float32;
     dtype gradient = dtype::float32;
+    cast_scaling scaling = cast_scaling::propagated;
 };
 
 namespace detail {
@@ -47,6 +60,30 @@ decltype(auto) with_dtype(dtype type, F&& f)
     }
     return std::forward<F>(f).template operator()<float>();
 }
+/// The same value as `a`, rebalanced for a cast to F under `scaling` (see cast_scaling). The
+/// factor is a power of two, so nothing rounds; an all-zero, zero-scale or non-finite array is
+/// left as it is.
+template <ScaledElement F, class T, ScalePolicy P>
+[[nodiscard]] ScaledArray<T, P> rescale_for_cast(const ScaledArray<T, P>& a, cast_scaling scaling)
+{
+    if (scaling == cast_scaling::propagated || a.scale() == 0.0f) return a;
+    double factor = 0.0;
+    if (scaling == cast_scaling::unscaled) {
+        factor = 1.0 / double(a.scale());
+    } else {
+        double amax = 0.0;
+        for (const auto& x : a.data()) amax = std::max(amax, std::abs(double(scalify::detail::load(x))));
+        if (!(amax > 0.0) || !std::isfinite(amax)) return a;
+        factor = amax / double(std::numeric_limits<F>::max());
+    }
+    const float pow2 = pow2_round_up(static_cast<float>(factor));
+    if (!(pow2 > 0.0f) || !std::isfinite(pow2) || pow2 == 1.0f ||
+        !(double(a.scale()) * pow2 <= double(std::numeric_limits<float>::max()))) {
+        return a;
+    }
+    return scalify::rebalance_scale(a, pow2);
+}
+
 }  // namespace detail
 
 /// This thread's matmul recipe (float32 / float32 outside any scope).
@@ -55,9 +92,10 @@ decltype(auto) with_dtype(dtype type, F&& f)
 /// Sets this thread's matmul recipe for the scope's lifetime.
 class matmul_precision_scope {
 public:
-    matmul_precision_scope(dtype forward, dtype gradient) noexcept : m_previous(detail::matmul_precision_state())
+    matmul_precision_scope(dtype forward, dtype gradient, cast_scaling scaling = cast_scaling::propagated) noexcept
+        : m_previous(detail::matmul_precision_state())
     {
-        detail::matmul_precision_state() = {forward, gradient};
+        detail::matmul_precision_state() = {forward, gradient, scaling};
     }
     ~matmul_precision_scope() { detail::matmul_precision_state() = m_previous; }
     matmul_precision_scope(const matmul_precision_scope&) = delete;
