@@ -1,0 +1,287 @@
+#pragma once
+/// \file tensor_core/dot.hpp
+/// dot<Model>(a, b, c): one instruction's result for one output, C + sum of K products as the
+/// modelled unit computes it, bit for bit. The engine here is the reference for every model (any
+/// F, P, K, operand formats and rules); gemm.hpp runs a vectorised copy of it where it can and
+/// is checked against it.
+///
+///     std::array<float8_e4m3fn, 32> a{...}, b{...};
+///     float d = tensor_core::dot<tensor_core::h100_qgmma>(a, b, 0.0f);
+///
+/// Non-finite input (not in the hardware capture; IEEE-like by decision, docs/tensor_core.md):
+/// a NaN operand or C gives NaN (0x7fffffff, NVIDIA's canonical NaN), so does inf * 0 and a sum
+/// of +inf and -inf terms (products or C); otherwise an infinite product or C gives that
+/// infinity.
+
+#include <scalify/error.hpp>
+#include <scalify/tensor_core/model.hpp>
+
+#include <fmt/format.h>
+
+#include <bit>
+#include <concepts>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <ranges>
+#include <span>
+#include <type_traits>
+
+namespace scalify::tensor_core {
+
+namespace detail {
+
+/// The code (bit pattern) of a minifloat, Eigen::half or Eigen::bfloat16 value.
+template <EncodedFloat T>
+[[nodiscard]] constexpr unsigned code_of(const T& x) noexcept
+{
+    using storage = typename float_traits<T>::format::storage_type;
+    static_assert(sizeof(T) == sizeof(storage) && std::is_trivially_copyable_v<T>,
+                  "a tensor-core operand type must be stored as its code, nothing else");
+    return std::bit_cast<storage>(x);
+}
+
+/// What an operand or accumulator is to the alignment. A finite value is
+/// (-1)^negative * significand * 2^lsb with the significand an integer, and `exponent` is its
+/// nominal exponent: floor(log2 |x|) for a normal, the smallest normal's for a subnormal.
+struct operand {
+    enum class kind : std::uint8_t { zero, finite, infinite, nan };
+    std::uint32_t significand = 0;
+    int lsb = 0;
+    int exponent = 0;
+    bool negative = false;
+    kind what = kind::zero;
+};
+
+/// Operand of an encoded float type from its code.
+template <FloatFormat Format>
+[[nodiscard]] constexpr operand decompose_code(unsigned code) noexcept
+{
+    operand x;
+    x.negative = Format::is_signed && (code & Format::sign_mask) != 0;
+    const unsigned magnitude = code & Format::magnitude_mask;
+    const int field = static_cast<int>(magnitude >> Format::mantissa_bits);
+    const unsigned mantissa = magnitude & Format::mantissa_mask;
+    constexpr int all_ones = (1 << Format::exponent_bits) - 1;
+    if constexpr (Format::specials == special_values::ieee) {
+        if (field == all_ones) {
+            x.what = mantissa == 0 ? operand::kind::infinite : operand::kind::nan;
+            return x;
+        }
+    } else if constexpr (Format::specials == special_values::nan_all_ones) {
+        if (magnitude == Format::magnitude_mask) {
+            x.what = operand::kind::nan;
+            return x;
+        }
+    } else if constexpr (Format::specials == special_values::nan_negative_zero) {
+        if (code == Format::canonical_nan) {
+            x.what = operand::kind::nan;
+            return x;
+        }
+    }
+    if (Format::has_zero && magnitude == 0) return x;  // zero, either sign
+    const bool normal = field >= Format::min_normal_field;
+    x.significand = normal ? (mantissa | (1u << Format::mantissa_bits)) : mantissa;
+    x.exponent = (normal ? field : 1) - Format::bias;
+    x.lsb = x.exponent - Format::mantissa_bits;
+    x.what = operand::kind::finite;
+    return x;
+}
+
+template <EncodedFloat T>
+[[nodiscard]] constexpr operand decompose(const T& x) noexcept
+{
+    return decompose_code<typename float_traits<T>::format>(code_of(x));
+}
+
+/// The float32 accumulator as an operand (its exponent is floor(log2 |c|), subnormals included).
+[[nodiscard]] inline operand decompose(float c) noexcept
+{
+    operand x;
+    const auto bits = std::bit_cast<std::uint32_t>(c);
+    x.negative = (bits >> 31) != 0;
+    const int field = static_cast<int>((bits >> 23) & 0xffu);
+    const std::uint32_t mantissa = bits & 0x7fffffu;
+    if (field == 0xff) {
+        x.what = mantissa == 0 ? operand::kind::infinite : operand::kind::nan;
+        return x;
+    }
+    if (field == 0 && mantissa == 0) return x;
+    x.significand = field != 0 ? (mantissa | 0x800000u) : mantissa;
+    x.lsb = (field != 0 ? field : 1) - 127 - 23;
+    x.exponent = x.lsb + std::bit_width(x.significand) - 1;
+    x.what = operand::kind::finite;
+    return x;
+}
+
+/// NVIDIA's canonical float32 NaN.
+[[nodiscard]] inline float canonical_nan() noexcept { return std::bit_cast<float>(0x7fffffffu); }
+
+/// magnitude * 2^-shift (shift >= 0) rounded as Rounding says; exact integers in, no overflow.
+template <rounding_mode Rounding>
+[[nodiscard]] constexpr std::uint64_t shift_right(std::uint64_t magnitude, int shift) noexcept
+{
+    if (shift <= 0) return magnitude;
+    if (shift >= 64) {
+        // Everything is below the last place kept: zero, or (nearest) at most half an ulp.
+        if constexpr (Rounding == rounding_mode::nearest_even) {
+            return shift == 64 && magnitude > (std::uint64_t{1} << 63) ? 1 : 0;
+        } else {
+            return 0;
+        }
+    }
+    const std::uint64_t kept = magnitude >> shift;
+    if constexpr (Rounding == rounding_mode::nearest_even) {
+        const std::uint64_t rest = magnitude & ((std::uint64_t{1} << shift) - 1);
+        const std::uint64_t half = std::uint64_t{1} << (shift - 1);
+        return kept + ((rest > half || (rest == half && (kept & 1) != 0)) ? 1 : 0);
+    } else {
+        return kept;
+    }
+}
+
+/// The float32 with value (-1)^negative * magnitude * 2^exponent, magnitude already cut to at
+/// most 24 significant bits (so a normal result is exact). |value| >= 2^128 gives inf; a value
+/// below the normal range lands on the subnormal grid, cut as Rounding says (the hardware's
+/// behaviour there was not captured).
+template <rounding_mode Rounding>
+[[nodiscard]] inline float to_float32(std::uint64_t magnitude, int exponent, bool negative) noexcept
+{
+    const std::uint32_t sign = negative ? 0x80000000u : 0u;
+    const int width = std::bit_width(magnitude);
+    const int top = exponent + width - 1;  // floor(log2 |value|)
+    if (top >= 128) return std::bit_cast<float>(sign | 0x7f800000u);
+    if (top >= -126) {
+        const std::uint64_t significand = width >= 24 ? magnitude >> (width - 24) : magnitude << (24 - width);
+        const auto field = static_cast<std::uint32_t>(top + 127);
+        return std::bit_cast<float>(sign | field << 23 | (static_cast<std::uint32_t>(significand) & 0x7fffffu));
+    }
+    // Subnormal: units of 2^-149. top < -126 bounds the left shift below 23 bits.
+    const int up = exponent + 149;
+    const std::uint64_t units = up >= 0 ? magnitude << up : shift_right<Rounding>(magnitude, -up);
+    return std::bit_cast<float>(sign | static_cast<std::uint32_t>(units));
+}
+
+/// The bound the alignment needs: |each term| < 2^(F + 2) units, K + 1 of them.
+template <InnerProductModel Model>
+inline constexpr int sum_bits = Model::alignment_bits + 2 + std::bit_width(Model::k + 1);
+
+/// The engine: C + sum_k a[k]*b[k] under Model, for n <= Model::k products (a shorter
+/// instruction is one with zero products at the end). The reference every faster path is checked
+/// against; no precondition beyond n <= Model::k.
+template <InnerProductModel Model, class TA, class TB>
+[[nodiscard]] float inner_product(const TA* a, const TB* b, std::size_t n, float c) noexcept
+{
+    using rules = typename Model::rules;
+    constexpr int F = Model::alignment_bits;
+    constexpr int P = Model::result_bits;
+    static_assert(sum_bits<Model> <= 62, "F and K too large for the 64-bit exact sum");
+
+    // Non-finite values first: they decide the result alone.
+    const operand acc = decompose(c);
+    bool nan = acc.what == operand::kind::nan;
+    bool plus_inf = acc.what == operand::kind::infinite && !acc.negative;
+    bool minus_inf = acc.what == operand::kind::infinite && acc.negative;
+
+    // The finite terms: significand, lsb, alignment exponent, sign. Room for K products and C.
+    struct term {
+        std::uint64_t significand;
+        int lsb;
+        int exponent;
+        bool negative;
+    };
+    term terms[Model::k + 1];
+    std::size_t count = 0;
+    int emax = std::numeric_limits<int>::min();
+    for (std::size_t i = 0; i < n; ++i) {
+        const operand x = decompose(a[i]);
+        const operand y = decompose(b[i]);
+        if (x.what == operand::kind::nan || y.what == operand::kind::nan) {
+            nan = true;
+            continue;
+        }
+        const bool infinite = x.what == operand::kind::infinite || y.what == operand::kind::infinite;
+        const bool zero = x.what == operand::kind::zero || y.what == operand::kind::zero;
+        if (infinite) {
+            if (zero) nan = true;  // inf * 0
+            else if (x.negative != y.negative) minus_inf = true;
+            else plus_inf = true;
+            continue;
+        }
+        if (zero) continue;  // zero products take no part
+        term t{std::uint64_t{x.significand} * y.significand, x.lsb + y.lsb, x.exponent + y.exponent,
+               x.negative != y.negative};
+        if constexpr (rules::exponent == product_exponent::normalised) {
+            t.exponent = t.lsb + std::bit_width(t.significand) - 1;
+        }
+        emax = t.exponent > emax ? t.exponent : emax;
+        terms[count++] = t;
+    }
+    if (nan || (plus_inf && minus_inf)) return canonical_nan();
+    if (plus_inf) return std::numeric_limits<float>::infinity();
+    if (minus_inf) return -std::numeric_limits<float>::infinity();
+    if (acc.what == operand::kind::finite) {
+        terms[count++] = term{acc.significand, acc.lsb, acc.exponent, acc.negative};
+        emax = acc.exponent > emax ? acc.exponent : emax;
+    }
+    if (count == 0) return 0.0f;  // no nonzero term: +0
+
+    // Align to units of 2^(emax - F), each term cut on its own, then one exact sum.
+    const int unit = emax - F;
+    std::int64_t sum = 0;
+    for (std::size_t i = 0; i < count; ++i) {
+        const int shift = terms[i].lsb - unit;  // <= F: left shifts stay below 2^62
+        const std::uint64_t aligned = shift >= 0 ? terms[i].significand << shift
+                                                 : shift_right<rules::alignment>(terms[i].significand, -shift);
+        sum += terms[i].negative ? -static_cast<std::int64_t>(aligned) : static_cast<std::int64_t>(aligned);
+    }
+    if (sum == 0) return 0.0f;  // an exact zero sum is +0
+
+    // Normalise: cut to P significant bits.
+    const bool negative = sum < 0;
+    std::uint64_t magnitude = negative ? 0 - static_cast<std::uint64_t>(sum) : static_cast<std::uint64_t>(sum);
+    int exponent = unit;
+    const int excess = std::bit_width(magnitude) - P;
+    if (excess > 0) {
+        magnitude = shift_right<rules::normalisation>(magnitude, excess);
+        exponent += excess;
+    }
+    return to_float32<rules::normalisation>(magnitude, exponent, negative);
+}
+
+template <class R>
+inline constexpr bool is_const_span = false;
+template <class T, std::size_t E>
+inline constexpr bool is_const_span<std::span<const T, E>> = true;
+
+}  // namespace detail
+
+/// One instruction's result for one output: c + sum_k a[k]*b[k] as Model's unit computes it, bit
+/// for bit. shape_error unless a and b both hold Model::k elements.
+template <InnerProductModel Model, class TA, class TB>
+[[nodiscard]] float dot(std::span<const TA> a, std::span<const TB> b, float c)
+{
+    static_assert(Model::template takes<TA, TB>,
+                  "this tensor-core model does not take these operand types (h100_qgmma: float8_e4m3fn/"
+                  "float8_e5m2 in any pair; h100_hmma: Eigen::half x Eigen::half or Eigen::bfloat16 x "
+                  "Eigen::bfloat16)");
+    if (a.size() != Model::k || b.size() != Model::k) {
+        SCALIFY_THROW(shape_error(fmt::format("tensor_core::dot<{}>: spans of {} and {} elements; the instruction "
+                                              "takes K = {} of each",
+                                              Model::name, a.size(), b.size(), Model::k)));
+    }
+    return detail::inner_product<Model>(a.data(), b.data(), Model::k, c);
+}
+
+/// dot over any contiguous ranges (std::array, std::vector, ...): dot<Model>(a, b, c).
+template <InnerProductModel Model, std::ranges::contiguous_range RA, std::ranges::contiguous_range RB>
+    requires(!detail::is_const_span<std::remove_cvref_t<RA>> || !detail::is_const_span<std::remove_cvref_t<RB>>)
+[[nodiscard]] float dot(const RA& a, const RB& b, float c)
+{
+    using TA = std::ranges::range_value_t<RA>;
+    using TB = std::ranges::range_value_t<RB>;
+    return dot<Model, TA, TB>(std::span<const TA>(std::ranges::data(a), std::ranges::size(a)),
+                              std::span<const TB>(std::ranges::data(b), std::ranges::size(b)), c);
+}
+
+}  // namespace scalify::tensor_core

@@ -1,0 +1,354 @@
+#pragma once
+/// \file tensor_core/gemm.hpp
+/// gemm<Model>(a, b): an (M x K) . (K x N) product as a GPU GEMM computes it, bit for bit: each
+/// output a chain of Model::instruction along K (tensor_core/model.hpp says how chains are cut
+/// and promoted). gemm_dot<Model>(a, b) is one output of it for vectors of any length.
+///
+///     xt::xarray<float8_e4m3fn> a = ...;  // M x K
+///     xt::xarray<float8_e4m3fn> b = ...;  // K x N
+///     xt::xarray<float> d = tensor_core::gemm<tensor_core::h100_cublaslt_fp8>(a, b);
+///
+/// Speed: where the operand formats allow (fp8 pairs and f16 under the H100 rules), products are
+/// integers, alignment is a shift and every step runs across 32 outputs at once in integer lanes
+/// the compiler vectorises; outputs are shared among OpenMP threads when the including program
+/// is compiled with OpenMP (as Eigen's GEMM does), otherwise one thread. Other models and formats
+/// (bf16, rules other than the H100's) run the reference engine of dot.hpp per output.
+/// M, N or K of 0: an M x N result, all +0 when K = 0.
+
+#include <scalify/error.hpp>
+#include <scalify/scaled_array.hpp>
+#include <scalify/tensor_core/dot.hpp>
+#include <scalify/tensor_core/model.hpp>
+
+#include <fmt/format.h>
+#include <xtensor/xarray.hpp>
+
+#include <algorithm>
+#include <array>
+#include <bit>
+#include <concepts>
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <ranges>
+#include <span>
+#include <type_traits>
+#include <vector>
+
+namespace scalify::tensor_core {
+
+namespace detail {
+
+/// One output of Model's GEMM: a[0..k) . b[0..k), both contiguous.
+template <GemmModel Model, class TA, class TB>
+[[nodiscard]] float chain_reference(const TA* a, const TB* b, std::size_t k) noexcept
+{
+    using instruction = typename Model::instruction;
+    constexpr std::size_t step = instruction::k;
+    constexpr std::size_t interval = Model::promotion_interval;
+    float total = 0.0f;
+    float partial = 0.0f;
+    std::size_t in_group = 0;
+    for (std::size_t s = 0; s < k; s += step) {
+        partial = inner_product<instruction>(a + s, b + s, std::min(step, k - s), partial);
+        if (interval != 0 && ++in_group == interval) {
+            total += partial;  // round to nearest even, as the promotion's float32 add
+            partial = 0.0f;
+            in_group = 0;
+        }
+    }
+    if constexpr (interval == 0) return partial;
+    else return in_group != 0 ? total + partial : total;
+}
+
+/// Runs body(i) for i in [0, count), across OpenMP threads when the program is built with OpenMP.
+template <class Body>
+void parallel_for(std::size_t count, Body&& body)
+{
+#if defined(_OPENMP)
+    const auto n = static_cast<std::ptrdiff_t>(count);
+#pragma omp parallel for schedule(static) if (n > 1)
+    for (std::ptrdiff_t i = 0; i < n; ++i) body(static_cast<std::size_t>(i));
+#else
+    for (std::size_t i = 0; i < count; ++i) body(i);
+#endif
+}
+
+// ---- the vectorised path ----------------------------------------------------------------------
+
+template <EncodedFloat T>
+using format_of = typename float_traits<T>::format;
+
+/// Nominal exponent of the smallest nonzero value (a subnormal, or the smallest normal).
+template <FloatFormat Format>
+inline constexpr int min_exponent = (Format::has_zero ? 1 : 0) - Format::bias;
+/// Nominal exponent of the largest finite value.
+template <FloatFormat Format>
+inline constexpr int max_exponent = static_cast<int>(Format::max_magnitude >> Format::mantissa_bits) - Format::bias;
+
+/// Whether, and with which integer and float types, Instruction's chains over TA x TB run in
+/// lanes. The lanes compute exactly what inner_product does when: the rules are the H100's (every
+/// cut toward zero, nominal exponents); products need no right shift at emax; the exact sum fits
+/// the lane integer; and no result can leave float32's normal range (every nonzero result is at
+/// least 2^(smallest product exponent - F), and below 2^128 for any K < 2^63), so the chained
+/// accumulator is always zero or a normal float.
+template <InnerProductModel Instruction, class TA, class TB>
+struct lane_plan {
+    using rules = typename Instruction::rules;
+    using fa = format_of<TA>;
+    using fb = format_of<TB>;
+    static constexpr int F = Instruction::alignment_bits;
+    static constexpr int P = Instruction::result_bits;
+    /// Left shift that puts a product's integer significand into units of 2^(e_a + e_b - F).
+    static constexpr int product_shift = F - fa::mantissa_bits - fb::mantissa_bits;
+    /// The float32 accumulator's significand into units of 2^(e_c - F).
+    static constexpr int c_left = F > 23 ? F - 23 : 0;
+    static constexpr int c_right = F < 23 ? 23 - F : 0;
+    static constexpr int bits = sum_bits<Instruction>;
+    static constexpr bool usable = rules::exponent == product_exponent::nominal &&
+                                   rules::alignment == rounding_mode::toward_zero &&
+                                   rules::normalisation == rounding_mode::toward_zero && product_shift >= 0 &&
+                                   bits <= 52 && min_exponent<fa> + min_exponent<fb> - F >= -126 &&
+                                   max_exponent<fa> + max_exponent<fb> + 2 <= 64;
+    /// Integer lanes for the exact sum, and the float type that converts it exactly.
+    using lane = std::conditional_t<(bits <= 30), std::int32_t, std::int64_t>;
+    using wide = std::conditional_t<(bits <= 24), float, double>;
+    using wide_bits = std::conditional_t<std::same_as<wide, float>, std::uint32_t, std::uint64_t>;
+    static constexpr int wide_mantissa = std::same_as<wide, float> ? 23 : 52;
+    static constexpr int wide_bias = std::same_as<wide, float> ? 127 : 1023;
+    /// Clears the bits below the P-th significant bit of a normal `wide`: the cut toward zero.
+    static constexpr wide_bits result_mask = ~((wide_bits{1} << (wide_mantissa + 1 - P)) - 1);
+    static constexpr lane max_shift = static_cast<lane>(sizeof(lane) * 8 - 1);
+    /// Exponent of a zero operand: every sum with it lies below any real product's exponent.
+    static constexpr lane zero_exponent = -4096;
+};
+
+inline constexpr std::size_t lane_width = 32;
+
+/// A K x N matrix decoded once for the lanes: for each block of lane_width columns, K rows of
+/// signed significands (pre-shifted by product_shift) and nominal exponents. Columns past N and
+/// non-finite codes decode as zero; `special_column` marks the columns to redo in the reference.
+template <class Plan>
+struct lane_panel {
+    using lane = typename Plan::lane;
+    std::vector<lane> significand, exponent;
+    std::vector<unsigned char> special_column;
+};
+
+template <class Plan, class T>
+void decode_operand(const T& x, typename Plan::lane& significand, typename Plan::lane& exponent, bool& special,
+                    int shift)
+{
+    const operand d = decompose(x);
+    if (d.what == operand::kind::finite) {
+        const auto s = static_cast<typename Plan::lane>(d.significand) << shift;
+        significand = d.negative ? -s : s;
+        exponent = static_cast<typename Plan::lane>(d.exponent);
+    } else {
+        significand = 0;
+        exponent = Plan::zero_exponent;
+        special = special || d.what != operand::kind::zero;
+    }
+}
+
+/// One row of A against one block of columns: the whole chain along K, lane by lane.
+template <GemmModel Model, class Plan>
+void lane_chain(const typename Plan::lane* a_sig, const typename Plan::lane* a_exp, const typename Plan::lane* b_sig,
+                const typename Plan::lane* b_exp, std::size_t k, float* out, std::size_t columns)
+{
+    using lane = typename Plan::lane;
+    using wide = typename Plan::wide;
+    using wide_bits = typename Plan::wide_bits;
+    constexpr std::size_t W = lane_width;
+    constexpr std::size_t step = Model::instruction::k;
+    constexpr std::size_t interval = Model::promotion_interval;
+    constexpr int F = Plan::F;
+
+    alignas(64) std::array<float, W> c{};
+    alignas(64) std::array<float, W> total{};
+    alignas(64) std::array<lane, W> emax{}, sum{}, c_sig{}, c_exp{};
+    std::size_t in_group = 0;
+    for (std::size_t s = 0; s < k; s += step) {
+        const std::size_t end = std::min(s + step, k);
+        // The accumulator: zero or a normal float (lane_plan::usable guarantees it).
+        for (std::size_t j = 0; j < W; ++j) {
+            const auto bits = std::bit_cast<std::uint32_t>(c[j]);
+            const bool zero = (bits & 0x7fffffffu) == 0;
+            const auto magnitude = static_cast<lane>((bits & 0x7fffffu) | 0x800000u);
+            c_sig[j] = zero ? lane{0} : ((bits >> 31) != 0 ? -magnitude : magnitude);
+            c_exp[j] = zero ? Plan::zero_exponent : static_cast<lane>(static_cast<int>((bits >> 23) & 0xffu) - 127);
+            emax[j] = c_exp[j];
+        }
+        for (std::size_t kk = s; kk < end; ++kk) {
+            const lane ea = a_exp[kk];
+            const lane* eb = b_exp + kk * W;
+            for (std::size_t j = 0; j < W; ++j) emax[j] = std::max(emax[j], static_cast<lane>(ea + eb[j]));
+        }
+        // Cut toward zero: shift the magnitude, then restore the sign.
+        for (std::size_t j = 0; j < W; ++j) {
+            const lane shift = std::min(static_cast<lane>(emax[j] - c_exp[j] + Plan::c_right), Plan::max_shift);
+            const lane magnitude = (std::abs(c_sig[j]) << Plan::c_left) >> shift;
+            sum[j] = c_sig[j] < 0 ? -magnitude : magnitude;
+        }
+        for (std::size_t kk = s; kk < end; ++kk) {
+            const lane ea = a_exp[kk];
+            const lane sa = a_sig[kk];
+            const lane* eb = b_exp + kk * W;
+            const lane* sb = b_sig + kk * W;
+            for (std::size_t j = 0; j < W; ++j) {
+                const lane shift = std::min(static_cast<lane>(emax[j] - ea - eb[j]), Plan::max_shift);
+                const lane product = sa * sb[j];
+                const lane magnitude = std::abs(product) >> shift;
+                sum[j] += product < 0 ? -magnitude : magnitude;
+            }
+        }
+        // Normalise: the exact sum converts exactly to `wide`; masking its significand cuts it
+        // to P bits toward zero; scaling by 2^(emax - F) is exact.
+        for (std::size_t j = 0; j < W; ++j) {
+            const wide exact = static_cast<wide>(sum[j]);
+            const wide cut = std::bit_cast<wide>(static_cast<wide_bits>(std::bit_cast<wide_bits>(exact) & Plan::result_mask));
+            const lane e = std::max(emax[j], static_cast<lane>(F - 126));  // all-zero lanes: any scale
+            const auto scale = std::bit_cast<wide>(static_cast<wide_bits>(static_cast<wide_bits>(e - F + Plan::wide_bias)
+                                                                          << Plan::wide_mantissa));
+            c[j] = static_cast<float>(cut * scale);
+        }
+        if constexpr (interval != 0) {
+            if (++in_group == interval) {
+                for (std::size_t j = 0; j < W; ++j) total[j] += c[j];
+                c.fill(0.0f);
+                in_group = 0;
+            }
+        }
+    }
+    if constexpr (interval != 0) {
+        if (in_group != 0)
+            for (std::size_t j = 0; j < W; ++j) total[j] += c[j];
+        std::copy_n(total.begin(), columns, out);
+    } else {
+        std::copy_n(c.begin(), columns, out);
+    }
+}
+
+template <GemmModel Model, class TA, class TB>
+void gemm_lanes(const TA* a, const TB* b, std::size_t m, std::size_t k, std::size_t n, float* out)
+{
+    using Plan = lane_plan<typename Model::instruction, TA, TB>;
+    using lane = typename Plan::lane;
+    constexpr std::size_t W = lane_width;
+    const std::size_t blocks = (n + W - 1) / W;
+
+    std::vector<lane> a_sig(m * k), a_exp(m * k);
+    std::vector<unsigned char> special_row(m, 0);
+    for (std::size_t i = 0; i < m; ++i) {
+        bool special = false;
+        for (std::size_t p = 0; p < k; ++p) decode_operand<Plan>(a[i * k + p], a_sig[i * k + p], a_exp[i * k + p], special, 0);
+        special_row[i] = special;
+    }
+    std::vector<lane> b_sig(blocks * k * W, 0), b_exp(blocks * k * W, Plan::zero_exponent);
+    std::vector<unsigned char> special_column(n, 0);
+    for (std::size_t p = 0; p < k; ++p) {
+        for (std::size_t j = 0; j < n; ++j) {
+            bool special = false;
+            const std::size_t at = ((j / W) * k + p) * W + j % W;
+            decode_operand<Plan>(b[p * n + j], b_sig[at], b_exp[at], special, Plan::product_shift);
+            special_column[j] |= special;
+        }
+    }
+
+    parallel_for(blocks * m, [&](std::size_t task) {
+        const std::size_t block = task / m, i = task % m;
+        const std::size_t j0 = block * W;
+        lane_chain<Model, Plan>(a_sig.data() + i * k, a_exp.data() + i * k, b_sig.data() + block * k * W,
+                                b_exp.data() + block * k * W, k, out + i * n + j0, std::min(W, n - j0));
+    });
+
+    // NaN and inf codes: the outputs they reach, again through the reference engine.
+    const bool any_row = std::find(special_row.begin(), special_row.end(), 1) != special_row.end();
+    const bool any_column = std::find(special_column.begin(), special_column.end(), 1) != special_column.end();
+    if (!any_row && !any_column) return;
+    std::vector<TB> column(k);
+    for (std::size_t j = 0; j < n; ++j) {
+        const bool whole_column = special_column[j] != 0;
+        if (!whole_column && !any_row) continue;
+        for (std::size_t p = 0; p < k; ++p) column[p] = b[p * n + j];
+        for (std::size_t i = 0; i < m; ++i) {
+            if (whole_column || special_row[i]) out[i * n + j] = chain_reference<Model>(a + i * k, column.data(), k);
+        }
+    }
+}
+
+template <GemmModel Model, class TA, class TB>
+void gemm_reference(const TA* a, const TB* b, std::size_t m, std::size_t k, std::size_t n, float* out)
+{
+    std::vector<TB> bt(n * k);  // B transposed: each output's column contiguous
+    for (std::size_t p = 0; p < k; ++p)
+        for (std::size_t j = 0; j < n; ++j) bt[j * k + p] = b[p * n + j];
+    parallel_for(m * n, [&](std::size_t i) { out[i] = chain_reference<Model>(a + (i / n) * k, bt.data() + (i % n) * k, k); });
+}
+
+/// out (M x N, row-major) = gemm<Model>(a (M x K), b (K x N)), both row-major and contiguous.
+template <GemmModel Model, class TA, class TB>
+void gemm_into(const TA* a, const TB* b, std::size_t m, std::size_t k, std::size_t n, float* out)
+{
+    if (m == 0 || n == 0) return;
+    if (k == 0) {
+        std::fill_n(out, m * n, 0.0f);
+        return;
+    }
+    if constexpr (lane_plan<typename Model::instruction, TA, TB>::usable) gemm_lanes<Model>(a, b, m, k, n, out);
+    else gemm_reference<Model>(a, b, m, k, n, out);
+}
+
+template <GemmModel Model, class TA, class TB>
+constexpr void check_operands() noexcept
+{
+    static_assert(Model::instruction::template takes<TA, TB>,
+                  "this GEMM model's instruction does not take these operand types (h100_cublaslt_fp8 and "
+                  "h100_cublaslt_fp8_fast: float8_e4m3fn/float8_e5m2 in any pair; h100_hmma_chain: "
+                  "Eigen::half x Eigen::half or Eigen::bfloat16 x Eigen::bfloat16)");
+}
+
+}  // namespace detail
+
+/// a (M x K) . b (K x N) as Model's GEMM computes it; shape_error unless both are 2-D with
+/// matching inner dimensions. K = 0 gives +0 everywhere; M or N = 0 an empty M x N result.
+template <GemmModel Model, class TA, class TB>
+[[nodiscard]] xt::xarray<float> gemm(const xt::xarray<TA>& a, const xt::xarray<TB>& b)
+{
+    detail::check_operands<Model, TA, TB>();
+    if (a.dimension() != 2 || b.dimension() != 2 || a.shape()[1] != b.shape()[0]) {
+        SCALIFY_THROW(shape_error(fmt::format("tensor_core::gemm<{}>: shapes {} and {} do not multiply (need (M, K) "
+                                              "and (K, N))",
+                                              Model::name, shape_string(a.shape()), shape_string(b.shape()))));
+    }
+    const std::size_t m = a.shape()[0], k = a.shape()[1], n = b.shape()[1];
+    auto out = xt::xarray<float>::from_shape({m, n});
+    detail::gemm_into<Model>(a.data(), b.data(), m, k, n, out.data());
+    return out;
+}
+
+/// One output of gemm<Model>: sum_k a[k]*b[k] over vectors of any (equal) length, as the GEMM's
+/// chain computes it. shape_error for lengths that differ.
+template <GemmModel Model, class TA, class TB>
+[[nodiscard]] float gemm_dot(std::span<const TA> a, std::span<const TB> b)
+{
+    detail::check_operands<Model, TA, TB>();
+    if (a.size() != b.size()) {
+        SCALIFY_THROW(shape_error(fmt::format("tensor_core::gemm_dot<{}>: vectors of {} and {} elements", Model::name,
+                                              a.size(), b.size())));
+    }
+    return detail::chain_reference<Model>(a.data(), b.data(), a.size());
+}
+
+/// gemm_dot over any contiguous ranges (std::vector, std::array, ...).
+template <GemmModel Model, std::ranges::contiguous_range RA, std::ranges::contiguous_range RB>
+    requires(!detail::is_const_span<std::remove_cvref_t<RA>> || !detail::is_const_span<std::remove_cvref_t<RB>>)
+[[nodiscard]] float gemm_dot(const RA& a, const RB& b)
+{
+    using TA = std::ranges::range_value_t<RA>;
+    using TB = std::ranges::range_value_t<RB>;
+    return gemm_dot<Model, TA, TB>(std::span<const TA>(std::ranges::data(a), std::ranges::size(a)),
+                                   std::span<const TB>(std::ranges::data(b), std::ranges::size(b)));
+}
+
+}  // namespace scalify::tensor_core

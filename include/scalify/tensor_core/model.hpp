@@ -1,0 +1,174 @@
+#pragma once
+/// \file tensor_core/model.hpp
+/// Descriptions of tensor-core arithmetic: one template, inner_product_model<F, P, K, Operands,
+/// Rules>, describes what one matrix instruction computes for one output (the accumulator plus K
+/// products), and gemm_model<Instruction, PromotionInterval> how a GEMM strings instructions
+/// along K. The H100's units are tags derived from them (h100_qgmma, h100_hmma,
+/// h100_cublaslt_fp8, h100_cublaslt_fp8_fast), closed by the concepts InnerProductModel and
+/// GemmModel. docs/tensor_core.md states the rules and how they were measured.
+///
+///     struct my_unit : inner_product_model<10, 12, 64, any_pair_of<float8_e4m3fn>> {
+///         static constexpr const char* name = "my_unit";
+///     };
+
+#include <scalify/numeric/convert.hpp>
+#include <scalify/numeric/eigen.hpp>
+#include <scalify/numeric/minifloat.hpp>
+#include <scalify/numeric/policies.hpp>
+
+#include <concepts>
+#include <cstddef>
+#include <type_traits>
+
+namespace scalify::tensor_core {
+
+// ---------------------------------------------------------------------------------------------
+// Rules
+
+/// Which exponent a product a*b brings to the alignment.
+enum class product_exponent {
+    nominal,    ///< ea + eb, each operand's own exponent (1 - bias for a subnormal); the product is
+                ///< not renormalised, so a product of two normals lies in [1, 4) * 2^(ea + eb) (H100)
+    normalised  ///< floor(log2 |a*b|), as if the product were renormalised first
+};
+
+/// The rules an inner_product_model is built from, besides F, P and K.
+/// \tparam Alignment how terms are cut to a multiple of 2^(emax - F)
+/// \tparam Normalisation how the exact sum is cut to P significant bits
+template <product_exponent Exponent = product_exponent::nominal, rounding_mode Alignment = rounding_mode::toward_zero,
+          rounding_mode Normalisation = rounding_mode::toward_zero>
+struct inner_product_rules {
+    static_assert(Alignment != rounding_mode::stochastic && Normalisation != rounding_mode::stochastic,
+                  "tensor-core models cut toward zero or round to nearest even; stochastic rounding is not modelled");
+    static constexpr product_exponent exponent = Exponent;
+    static constexpr rounding_mode alignment = Alignment;
+    static constexpr rounding_mode normalisation = Normalisation;
+};
+
+/// What the H100's QGMMA and HMMA do (measured): nominal product exponents, every cut toward zero.
+using h100_rules = inner_product_rules<>;
+
+// ---------------------------------------------------------------------------------------------
+// Operand sets
+
+namespace detail {
+template <class T, class... Ts>
+inline constexpr bool one_of = (std::same_as<T, Ts> || ...);
+
+/// Bits of an element type's significand, implicit bit included.
+template <EncodedFloat T>
+inline constexpr int significand_bits = float_traits<T>::format::mantissa_bits + 1;
+}  // namespace detail
+
+/// Operands: a from Ts, b from Ts, in any combination (QGMMA takes e4m3 x e5m2 as well).
+template <EncodedFloat... Ts>
+struct any_pair_of {
+    template <class A, class B>
+    static constexpr bool contains = detail::one_of<A, Ts...> && detail::one_of<B, Ts...>;
+};
+
+/// Operands: a and b of the same type, one of Ts (HMMA multiplies f16 by f16 or bf16 by bf16).
+template <EncodedFloat... Ts>
+struct same_type_of {
+    template <class A, class B>
+    static constexpr bool contains = std::same_as<A, B> && detail::one_of<A, Ts...>;
+};
+
+// ---------------------------------------------------------------------------------------------
+// One instruction
+
+/// One matrix instruction, as seen by one output: D = C + sum of K products a[k]*b[k].
+/// Every product is exact; the accumulator C (float32) and the products are aligned to the
+/// largest exponent emax among them, cut to a multiple of 2^(emax - F), summed exactly, and the
+/// sum is cut to P significant bits (Rules say how each cut rounds and which exponent a product
+/// has). Zero products and a zero C take no part in the alignment.
+/// \tparam AlignmentBits F: bits kept below emax
+/// \tparam ResultBits P: significant bits of the result (at most 24, the float32 result's)
+/// \tparam K products per instruction (and per call of dot)
+/// \tparam Operands an operand set (any_pair_of, same_type_of) naming the element types
+template <int AlignmentBits, int ResultBits, std::size_t K, class Operands, class Rules = h100_rules>
+struct inner_product_model {
+    static_assert(AlignmentBits >= 0 && AlignmentBits <= 40, "F (AlignmentBits) must lie in [0, 40]");
+    static_assert(ResultBits >= 1 && ResultBits <= 24, "P (ResultBits) must lie in [1, 24]: the result is a float32");
+    static_assert(K >= 1 && K <= 4096, "K must lie in [1, 4096]");
+    static constexpr int alignment_bits = AlignmentBits;
+    static constexpr int result_bits = ResultBits;
+    static constexpr std::size_t k = K;
+    using operands = Operands;
+    using rules = Rules;
+    /// Whether the instruction multiplies an A of type TA by a B of type TB.
+    template <class TA, class TB>
+    static constexpr bool takes = Operands::template contains<TA, TB>;
+};
+
+/// A tag describing one instruction: derived from inner_product_model, with a name.
+template <class M>
+concept InnerProductModel =
+    std::is_base_of_v<inner_product_model<M::alignment_bits, M::result_bits, M::k, typename M::operands, typename M::rules>,
+                      M> &&
+    requires {
+        { M::name } -> std::convertible_to<const char*>;
+    };
+
+/// An instruction model whose operands may be TA (for A) and TB (for B).
+template <class M, class TA, class TB>
+concept InnerProductModelFor = InnerProductModel<M> && M::template takes<TA, TB>;
+
+/// H100 SXM `wgmma.mma_async...f32.{e4m3,e5m2}.{e4m3,e5m2}` (SASS QGMMA), K = 32, float32
+/// accumulator: F = 13, P = 14. An fp8 accumulation never keeps more than 14 significant bits,
+/// the accumulator included. The same arithmetic as fp8 `mma.sync.m16n8k32`.
+struct h100_qgmma : inner_product_model<13, 14, 32, any_pair_of<float8_e4m3fn, float8_e5m2>> {
+    static constexpr const char* name = "h100_qgmma";
+};
+
+/// H100 SXM `mma.sync.m16n8k16.f32.{f16,bf16}` (SASS HMMA.16816.F32), K = 16, float32
+/// accumulator: F = 25, P = 24.
+struct h100_hmma : inner_product_model<25, 24, 16, same_type_of<Eigen::half, Eigen::bfloat16>> {
+    static constexpr const char* name = "h100_hmma";
+};
+
+// ---------------------------------------------------------------------------------------------
+// A GEMM: instructions chained along K
+
+/// How a GEMM consumes K: Instruction::k at a time in increasing k, each instruction's result
+/// the next one's accumulator (a chain). With PromotionInterval = n > 0 the chain restarts from
+/// 0 every n instructions and each partial sum is added to a float32 total with a
+/// round-to-nearest-even add; with 0 one chain runs over all of K. A K that is not a multiple of
+/// Instruction::k ends with a shorter instruction (zero padding: zero products take no part).
+template <InnerProductModel Instruction, std::size_t PromotionInterval>
+struct gemm_model {
+    using instruction = Instruction;
+    static constexpr std::size_t promotion_interval = PromotionInterval;
+};
+
+/// A tag describing a GEMM: derived from gemm_model, with a name.
+template <class M>
+concept GemmModel = std::is_base_of_v<gemm_model<typename M::instruction, M::promotion_interval>, M> &&
+                    InnerProductModel<typename M::instruction> && requires {
+                        { M::name } -> std::convertible_to<const char*>;
+                    };
+
+/// A GEMM model whose instruction takes TA x TB.
+template <class M, class TA, class TB>
+concept GemmModelFor = GemmModel<M> && InnerProductModelFor<typename M::instruction, TA, TB>;
+
+/// cuBLASLt's FP8 GEMM on the H100 with its default accumulation (torch._scaled_mm,
+/// use_fast_accum=False): QGMMA chains of 4 instructions (128 of K), each partial added to a
+/// float32 total, as DeepSeek-V3's promotion every 128 terms.
+struct h100_cublaslt_fp8 : gemm_model<h100_qgmma, 4> {
+    static constexpr const char* name = "h100_cublaslt_fp8";
+};
+
+/// cuBLASLt's FP8 GEMM with use_fast_accum=True: one QGMMA chain over all of K, so every
+/// partial sum keeps at most 14 significant bits.
+struct h100_cublaslt_fp8_fast : gemm_model<h100_qgmma, 0> {
+    static constexpr const char* name = "h100_cublaslt_fp8_fast";
+};
+
+/// A 16-bit GEMM on the H100's HMMA: one chain over all of K (what a kernel that keeps its
+/// float32 accumulators in registers does). Not captured through cuBLAS; the instruction is.
+struct h100_hmma_chain : gemm_model<h100_hmma, 0> {
+    static constexpr const char* name = "h100_hmma_chain";
+};
+
+}  // namespace scalify::tensor_core
