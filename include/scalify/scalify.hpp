@@ -31,7 +31,9 @@
 #include <scalify/strategy/amax_scaling.hpp>
 #include <scalify/strategy/rescale.hpp>
 #include <scalify/strategy/scaling.hpp>
+#include <scalify/tensor_core.hpp>
 #include <scalify/train/autoscale.hpp>
+#include <scalify/train/autoscale_ad.hpp>
 #include <scalify/train/backward.hpp>
 #include <scalify/train/loss_scaler.hpp>
 #include <scalify/train/sgd.hpp>

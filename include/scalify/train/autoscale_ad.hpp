@@ -1,0 +1,173 @@
+#pragma once
+/// \file autoscale_ad.hpp
+/// AutoScale inside autodiff graphs (scalify::ad). A scaled Linear records itself as one custom op
+/// whose forward and backward products are separate AutoScale ops, each with its own propagation
+/// scale:
+///
+///     <name>.x       cast of the input to F        y      = x8 @ w8    (scale x8.scale * w8.scale * prop_y)
+///     <name>.w       cast of the weight to F       grad_x = g @ w8^T   (scale g.scale * w8.scale * prop_grad_x)
+///     <name>.y       forward product               grad_w = x8^T @ g   (scale x8.scale * g.scale * prop_grad_w)
+///     <name>.grad_x  input gradient, stored in G
+///     <name>.grad_w  weight gradient, stored in G
+///
+/// Because every multiplier sits on top of the scales its inputs carry, a drop of one gradient's
+/// scale (a loss weight that folds into the scale) moves no multiplier at all, and a drop that
+/// enters the data of one op's result moves that op's multiplier only: the ops downstream see it
+/// in their input scales (the design's point 7, unlike TransformerEngine where every backward
+/// tensor's amax moves).
+///
+/// While an op analyses, its operands are float32 inside the op; the op's result is stored in its
+/// declared type (Y for y, G for the gradients), because an ad::var's element type is fixed at
+/// compile time. After analysis, everything runs in F / G with the held multipliers.
+///
+///     autoscale::scaling_context<pow2_scale> ctx({}, autoscale::on_off(1.0 / 3, 1.0 / 20));
+///     autoscale::graph_linear<float8_e4m3fn, float8_e5m2, float> fc1(ctx, "fc1");
+///     auto [loss, grads] = ad::value_and_grad([&](const auto& p) {
+///         return ad::softmax_cross_entropy(fc1(x, p.w1) + p.b1, labels);
+///     }, params);
+
+#include <scalify/autodiff.hpp>
+#include <scalify/ops/shape.hpp>
+#include <scalify/train/autoscale.hpp>
+
+#include <string>
+#include <string_view>
+#include <tuple>
+#include <type_traits>
+#include <variant>
+
+namespace scalify::autoscale {
+
+namespace detail {
+
+/// f(a) with a the concrete ScaledArray of an any_scaled_array limited to {float, F}: what a cast op
+/// of this context returns (float32 while analysing, F after).
+template <ScaledElement F, ScalePolicy P, class Fn>
+decltype(auto) visit_operand(const any_scaled_array<P>& a, Fn&& f)
+{
+    if (const auto* wide = std::get_if<ScaledArray<float, P>>(&a.variant())) return f(*wide);
+    return f(std::get<ScaledArray<F, P>>(a.variant()));
+}
+
+template <class X>
+inline constexpr bool is_var_v = false;
+template <class T, class P, class S>
+inline constexpr bool is_var_v<ad::var<T, P, S>> = true;
+
+template <class X>
+struct var_strategy {
+    using type = void;
+};
+template <class T, class P, class S>
+struct var_strategy<ad::var<T, P, S>> {
+    using type = S;
+};
+
+/// x as a var of strategy S: itself, or a constant made from a ScaledArray.
+template <class S, class X>
+[[nodiscard]] auto as_var(const X& x)
+{
+    if constexpr (is_var_v<X>) return x;
+    else return ad::var<typename X::value_type, typename X::scale_policy, S>(x);
+}
+
+}  // namespace detail
+
+/// A scaled Linear for autodiff graphs: y = x @ w with the five ops above. F: the forward operand type,
+/// G: the gradients' type, Y: y's type (F by default; float keeps the product in float32 as most fp8
+/// recipes do). The layer holds no weight: it is a parameter of the graph.
+template <ScaledElement F = float8_e4m3fn, ScaledElement G = float8_e5m2, ScaledElement Y = F, ScalePolicy P = pow2_scale>
+class graph_linear {
+    static_assert(RuntimeDtype<F>, "graph_linear: F must be float, Eigen::half, Eigen::bfloat16 or an fp8 type");
+    static_assert(ad::GradientElement<G> && ad::GradientElement<Y>, "graph_linear: G and Y must be gradient element types");
+
+public:
+    graph_linear(scaling_context<P>& context, std::string_view name)
+        : m_context(&context), m_x(context.op(std::string(name) + ".x")), m_w(context.op(std::string(name) + ".w")),
+          m_y(context.op(std::string(name) + ".y")), m_grad_x(context.op(std::string(name) + ".grad_x")),
+          m_grad_w(context.op(std::string(name) + ".grad_w"))
+    {
+    }
+
+    /// x (batch, in) @ w (in, out) recorded on x's / w's tape. shape_error unless both are 2-D and
+    /// their inner dimensions agree. grad_x is computed (and its op used) only when x needs a gradient.
+    template <ScaledElement T, ScaledElement U, class S>
+    [[nodiscard]] ad::var<Y, P, S> operator()(const ad::var<T, P, S>& x, const ad::var<U, P, S>& w)
+    {
+        check_shapes(x.value(), w.value());
+        scaling_context<P>& ctx = *m_context;
+        any_scaled_array<P> x8 = ctx.scale(m_x, x.value(), dtype_of<F>);
+        any_scaled_array<P> w8 = ctx.scale(m_w, w.value(), dtype_of<F>);
+        ScaledArray<Y, P> y = ctx.template apply<Y>(m_y, [&]<class St>(strategy_tag<St>) {
+            return detail::visit_operand<F>(x8, [&](const auto& xa) {
+                return detail::visit_operand<F>(w8, [&](const auto& wa) { return matmul<St, float>(xa, wa); });
+            });
+        });
+        const bool need_x = x.requires_grad(), need_w = w.requires_grad();
+        return ad::custom_op<S>(
+            std::move(y), std::tuple{x, w},
+            [&ctx, grad_x = m_grad_x, grad_w = m_grad_w, need_x, need_w, x8 = std::move(x8), w8 = std::move(w8)](const auto& g) {
+                ScaledArray<G, P> gx, gw;
+                if (need_x) {
+                    const any_scaled_array<P> w8t = transposed(w8);
+                    gx = ctx.template apply<G>(grad_x, [&]<class St>(strategy_tag<St>) {
+                        return detail::visit_operand<F>(w8t, [&](const auto& wt) { return matmul<St, float>(g, wt); });
+                    });
+                }
+                if (need_w) {
+                    const any_scaled_array<P> x8t = transposed(x8);
+                    gw = ctx.template apply<G>(grad_w, [&]<class St>(strategy_tag<St>) {
+                        return detail::visit_operand<F>(x8t, [&](const auto& xa_t) { return matmul<St, float>(xa_t, g); });
+                    });
+                }
+                return std::tuple{std::move(gx), std::move(gw)};  // an input that needs no gradient ignores its entry
+            });
+    }
+
+    /// A ScaledArray operand next to a var is a constant (no gradient flows into it).
+    template <class X, class W>
+        requires(detail::is_var_v<X> != detail::is_var_v<W>) && (detail::is_var_v<X> || AnyScaledArray<X>) &&
+                (detail::is_var_v<W> || AnyScaledArray<W>)
+    [[nodiscard]] auto operator()(const X& x, const W& w)
+    {
+        using S = std::conditional_t<detail::is_var_v<X>, typename detail::var_strategy<X>::type,
+                                     typename detail::var_strategy<W>::type>;
+        return (*this)(detail::as_var<S>(x), detail::as_var<S>(w));
+    }
+
+    /// Without a tape (inference): the forward ops only.
+    template <ScaledElement T, ScaledElement U>
+    [[nodiscard]] ScaledArray<Y, P> operator()(const ScaledArray<T, P>& x, const ScaledArray<U, P>& w)
+    {
+        return (*this)(ad::var<T, P>(x), ad::var<U, P>(w)).value();
+    }
+
+    [[nodiscard]] float prop_scale() const { return m_context->record(m_y).prop_scale; }
+    [[nodiscard]] float grad_x_prop_scale() const { return m_context->record(m_grad_x).prop_scale; }
+    [[nodiscard]] float grad_w_prop_scale() const { return m_context->record(m_grad_w).prop_scale; }
+    [[nodiscard]] op_handle input_op() const noexcept { return m_x; }
+    [[nodiscard]] op_handle weight_op() const noexcept { return m_w; }
+    [[nodiscard]] op_handle output_op() const noexcept { return m_y; }
+    [[nodiscard]] op_handle grad_x_op() const noexcept { return m_grad_x; }
+    [[nodiscard]] op_handle grad_w_op() const noexcept { return m_grad_w; }
+
+private:
+    template <class A, class B>
+    static void check_shapes(const A& x, const B& w)
+    {
+        if (x.dimension() != 2 || w.dimension() != 2 || x.shape()[1] != w.shape()[0]) {
+            SCALIFY_THROW(shape_error(fmt::format("autoscale::graph_linear: shapes {} and {} do not multiply (need "
+                                                  "(batch, in) and (in, out))",
+                                                  shape_string(x.shape()), shape_string(w.shape()))));
+        }
+    }
+    [[nodiscard]] static any_scaled_array<P> transposed(const any_scaled_array<P>& a)
+    {
+        return detail::visit_operand<F>(a, [](const auto& array) -> any_scaled_array<P> { return transpose(array); });
+    }
+
+    scaling_context<P>* m_context;
+    op_handle m_x, m_w, m_y, m_grad_x, m_grad_w;
+};
+
+}  // namespace scalify::autoscale
