@@ -4,6 +4,7 @@
 /// GEMMs built from them (scalify::tensor_core), and the accumulation model scalify's matmul
 /// runs. docs/tensor_core.md has the rules, the match rates and examples.
 
+#include <scalify/tensor_core/accumulation.hpp>
 #include <scalify/tensor_core/dot.hpp>
 #include <scalify/tensor_core/gemm.hpp>
 #include <scalify/tensor_core/model.hpp>

@@ -1,20 +1,33 @@
 #pragma once
 /// \file matmul.hpp
-/// matmul of 2-D ScaledArrays through Eigen's GEMM. Operands that are not float (minifloats,
-/// half, bfloat16) are decoded whole into float panels first, then one sgemm accumulates in
-/// float32 (double for double data); never element-by-element dot products. With a static
-/// strategy the rescale natural/scale is GEMM's alpha, so a float x float matmul costs one
-/// sgemm. Natural scale sa * sb; default_scaling multiplies it by sqrt(K).
+/// matmul of 2-D ScaledArrays. By default through Eigen's GEMM: operands that are not float
+/// (minifloats, half, bfloat16) are decoded whole into float panels first, then one sgemm
+/// accumulates in float32 (double for double data); never element-by-element dot products. With
+/// a static strategy the rescale natural/scale is GEMM's alpha, so a float x float matmul costs
+/// one sgemm. Natural scale sa * sb; default_scaling multiplies it by sqrt(K).
 ///
 ///     auto y = matmul(x, w);                                  // data = x.w / sqrt(K)
 ///     auto z = matmul<dynamic_abs<float8_e4m3fn>, float8_e4m3fn>(x, w);
+///
+/// Accumulation model (tensor_core/accumulation.hpp): a tag argument, or else the thread's
+/// tensor_core::accumulation_scope, replaces the float32 accumulation of the data-domain product
+/// by a GPU's (fp8 codes x fp8 codes through tensor_core::gemm, bit for bit as cuBLASLt computes
+/// them); the scales apply afterwards exactly as on the default path.
+///
+///     auto f = matmul(x, w, tensor_core::h100_cublaslt_fp8_fast{});   // this call
+///     tensor_core::accumulation_scope<> scope("h100");                 // untagged calls here
 
 #include <scalify/ops/result.hpp>
+#include <scalify/tensor_core/accumulation.hpp>
+#include <scalify/tensor_core/gemm.hpp>
 
 #include <Eigen/Core>
 
+#include <algorithm>
 #include <cstddef>
 #include <type_traits>
+#include <utility>
+#include <vector>
 
 namespace scalify {
 
@@ -42,20 +55,31 @@ template <class C, class T>
     }
 }
 
-}  // namespace detail
-
-namespace detail {
 /// Sentinel: no buffer to reuse.
 struct no_buffer {};
-}  // namespace detail
 
-/// a (M x K) times b (K x N). shape_error unless both are 2-D with matching inner dimensions.
-/// The optional third argument is a buffer to write the result into (its memory is reused when it
-/// already holds M x N elements), typically the data of the previous result:
-///     c = matmul(a, b, std::move(c).release_data());   // no allocation in a loop
-template <class Strategy = default_scaling, class Out = void, class A, class PA, class B, class PB,
-          class Buffer = detail::no_buffer>
-[[nodiscard]] auto matmul(const ScaledArray<A, PA>& a, const ScaledArray<B, PB>& b, Buffer&& buffer = {})
+/// The result's data buffer: the caller's when it is an xt::xarray<R> (its memory is reused when
+/// it already holds M x N elements), else a new one.
+template <class R, class Buffer>
+[[nodiscard]] xt::xarray<R> result_buffer(Buffer&& buffer, const std::vector<std::size_t>& shape)
+{
+    const std::size_t count = shape[0] * shape[1];
+    if constexpr (std::same_as<std::remove_cvref_t<Buffer>, xt::xarray<R>>) {
+        xt::xarray<R> data = std::move(buffer);
+        if (data.size() == count) data.reshape(shape);  // same memory
+        else data = xt::xarray<R>::from_shape(shape);
+        return data;
+    } else {
+        static_assert(std::same_as<std::remove_cvref_t<Buffer>, no_buffer>,
+                      "matmul's buffer must be an xt::xarray of the result's element type");
+        return xt::xarray<R>::from_shape(shape);
+    }
+}
+
+/// matmul with the data-domain product accumulated by Gemm (a tensor_core GEMM model), or by
+/// Eigen's float32 GEMM when Gemm is void.
+template <class Strategy, class Out, class Gemm, class A, class PA, class B, class PB, class Buffer>
+[[nodiscard]] auto matmul_with(const ScaledArray<A, PA>& a, const ScaledArray<B, PB>& b, Buffer&& buffer)
 {
     using C = std::common_type_t<compute_t<A>, compute_t<B>>;
     using R = detail::out_or_t<Out, promote_t<A, B>>;
@@ -66,11 +90,6 @@ template <class Strategy = default_scaling, class Out = void, class A, class PA,
                                               shape_string(a.shape()), shape_string(b.shape()))));
     }
     const std::size_t m = a.shape()[0], k = a.shape()[1], n = b.shape()[1];
-    // Decoded panels live in per-thread buffers that only grow: a fresh allocation per call costs
-    // more in first-touch page faults than the decode itself.
-    thread_local detail::row_major_matrix<C> a_panel, b_panel;
-    const auto lhs = detail::as_matrix<C>(a.data(), a_panel);
-    const auto rhs = detail::as_matrix<C>(b.data(), b_panel);
 
     scale_request request;
     request.natural = static_cast<float>(double(a.scale()) * b.scale());
@@ -80,36 +99,98 @@ template <class Strategy = default_scaling, class Out = void, class A, class PA,
     request.contraction = k;
     const std::vector<std::size_t> shape{m, n};
 
-    if constexpr (!Strategy::needs_amax && std::same_as<R, C>) {
-        // Static scale: fold natural / scale into GEMM's alpha and write straight into the result.
-        const float scale = detail::checked_output_scale<P>(
-            scaling_traits<ops::matmul, Strategy>::template output_scale<P>(request), "matmul", request);
-        xt::xarray<R> data;
-        if constexpr (std::same_as<std::remove_cvref_t<Buffer>, xt::xarray<R>>) {
-            data = std::move(buffer);
-            if (data.size() == m * n) data.reshape({m, n});  // same memory
-            else data = xt::xarray<R>::from_shape(shape);
+    if constexpr (!std::is_void_v<Gemm>) {
+        // The GPU's accumulation of the data (codes times codes), then the scales as below.
+        static_assert(std::same_as<C, float>, "tensor-core models take 8- and 16-bit operands, computed in float");
+        if constexpr (!Strategy::needs_amax && std::same_as<R, C>) {
+            const float scale = checked_output_scale<P>(
+                scaling_traits<ops::matmul, Strategy>::template output_scale<P>(request), "matmul", request);
+            xt::xarray<R> data = result_buffer<R>(std::forward<Buffer>(buffer), shape);
+            R* out = data.data();
+            if (scale == 0.0f || request.natural == 0.0f) {
+                std::fill_n(out, m * n, R(0));
+            } else {
+                tensor_core::detail::gemm_into<Gemm>(a.data().data(), b.data().data(), m, k, n, out);
+                const auto alpha = static_cast<C>(double(request.natural) / double(scale));
+                if (alpha != C(1))
+                    for (std::size_t i = 0; i < m * n; ++i) out[i] *= alpha;
+            }
+            return ScaledArray<R, P>(std::move(data), request.natural == 0.0f ? 0.0f : scale);
         } else {
-            static_assert(std::same_as<std::remove_cvref_t<Buffer>, detail::no_buffer>,
-                          "matmul's buffer must be an xt::xarray of the result's element type");
-            data = xt::xarray<R>::from_shape(shape);
+            thread_local std::vector<float> product;  // grows only, as the decoded panels do
+            if (product.size() < m * n) product.resize(m * n);
+            tensor_core::detail::gemm_into<Gemm>(a.data().data(), b.data().data(), m, k, n, product.data());
+            const float* raw = product.data();
+            return finish<ops::matmul, Strategy, P, R, C>("matmul", shape, request, [raw](std::size_t i) { return raw[i]; });
         }
-        Eigen::Map<detail::row_major_matrix<C>> result(data.data(), static_cast<Eigen::Index>(m), static_cast<Eigen::Index>(n));
-        if (scale == 0.0f || request.natural == 0.0f || k == 0) {
-            result.setZero();
-        } else {
-            const auto alpha = static_cast<C>(double(request.natural) / double(scale));
-            result.noalias() = alpha * (lhs * rhs);  // this form folds alpha into the GEMM, no temporary
-        }
-        return ScaledArray<R, P>(std::move(data), request.natural == 0.0f ? 0.0f : scale);
     } else {
-        detail::row_major_matrix<C> product(static_cast<Eigen::Index>(m), static_cast<Eigen::Index>(n));
-        if (k == 0) product.setZero();
-        else product.noalias() = lhs * rhs;
-        const C* raw = product.data();
-        return detail::finish<ops::matmul, Strategy, P, R, C>("matmul", shape, request,
-                                                              [raw](std::size_t i) { return raw[i]; });
+        // Decoded panels live in per-thread buffers that only grow: a fresh allocation per call
+        // costs more in first-touch page faults than the decode itself.
+        thread_local row_major_matrix<C> a_panel, b_panel;
+        const auto lhs = as_matrix<C>(a.data(), a_panel);
+        const auto rhs = as_matrix<C>(b.data(), b_panel);
+
+        if constexpr (!Strategy::needs_amax && std::same_as<R, C>) {
+            // Static scale: fold natural / scale into GEMM's alpha and write straight into the result.
+            const float scale = checked_output_scale<P>(
+                scaling_traits<ops::matmul, Strategy>::template output_scale<P>(request), "matmul", request);
+            xt::xarray<R> data = result_buffer<R>(std::forward<Buffer>(buffer), shape);
+            Eigen::Map<row_major_matrix<C>> result(data.data(), static_cast<Eigen::Index>(m), static_cast<Eigen::Index>(n));
+            if (scale == 0.0f || request.natural == 0.0f || k == 0) {
+                result.setZero();
+            } else {
+                const auto alpha = static_cast<C>(double(request.natural) / double(scale));
+                result.noalias() = alpha * (lhs * rhs);  // this form folds alpha into the GEMM, no temporary
+            }
+            return ScaledArray<R, P>(std::move(data), request.natural == 0.0f ? 0.0f : scale);
+        } else {
+            row_major_matrix<C> product(static_cast<Eigen::Index>(m), static_cast<Eigen::Index>(n));
+            if (k == 0) product.setZero();
+            else product.noalias() = lhs * rhs;
+            const C* raw = product.data();
+            return finish<ops::matmul, Strategy, P, R, C>("matmul", shape, request, [raw](std::size_t i) { return raw[i]; });
+        }
     }
+}
+
+}  // namespace detail
+
+/// a (M x K) times b (K x N). shape_error unless both are 2-D with matching inner dimensions.
+/// The optional third argument is a buffer to write the result into (its memory is reused when it
+/// already holds M x N elements), typically the data of the previous result:
+///     c = matmul(a, b, std::move(c).release_data());   // no allocation in a loop
+/// The data-domain product accumulates as the thread's tensor_core::current_accumulation() says
+/// (exact float32 outside any accumulation_scope) for the operand pairs a model covers.
+template <class Strategy = default_scaling, class Out = void, class A, class PA, class B, class PB,
+          class Buffer = detail::no_buffer>
+    requires(!tensor_core::AccumulationModel<std::remove_cvref_t<Buffer>>)
+[[nodiscard]] auto matmul(const ScaledArray<A, PA>& a, const ScaledArray<B, PB>& b, Buffer&& buffer = {})
+{
+    using h100 = tensor_core::operand_gemm_t<tensor_core::h100_cublaslt_fp8, A, B>;
+    using h100_fast = tensor_core::operand_gemm_t<tensor_core::h100_cublaslt_fp8_fast, A, B>;
+    if constexpr (std::is_void_v<h100> && std::is_void_v<h100_fast>) {
+        return detail::matmul_with<Strategy, Out, void>(a, b, std::forward<Buffer>(buffer));  // no model covers A x B
+    } else {
+        switch (tensor_core::current_accumulation()) {
+        case tensor_core::accumulation::h100:
+            return detail::matmul_with<Strategy, Out, h100>(a, b, std::forward<Buffer>(buffer));
+        case tensor_core::accumulation::h100_fast:
+            return detail::matmul_with<Strategy, Out, h100_fast>(a, b, std::forward<Buffer>(buffer));
+        case tensor_core::accumulation::exact: break;
+        }
+        return detail::matmul_with<Strategy, Out, void>(a, b, std::forward<Buffer>(buffer));
+    }
+}
+
+/// matmul accumulating as Model says for this call, whatever the thread's scope:
+///     auto y = matmul(x, w, tensor_core::h100_cublaslt_fp8{});
+///     c = matmul(x, w, tensor_core::h100_cublaslt_fp8{}, std::move(c).release_data());
+/// Operand pairs the model does not cover (tensor_core::operand_gemm) accumulate exactly.
+template <class Strategy = default_scaling, class Out = void, tensor_core::AccumulationModel Model, class A, class PA,
+          class B, class PB, class Buffer = detail::no_buffer>
+[[nodiscard]] auto matmul(const ScaledArray<A, PA>& a, const ScaledArray<B, PB>& b, Model, Buffer&& buffer = {})
+{
+    return detail::matmul_with<Strategy, Out, tensor_core::operand_gemm_t<Model, A, B>>(a, b, std::forward<Buffer>(buffer));
 }
 
 }  // namespace scalify
