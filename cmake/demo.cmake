@@ -1,4 +1,5 @@
 # cmake -P cmake/demo.cmake — set up, build and run the bundled examples, printing their results.
+cmake_minimum_required(VERSION 3.21)  # script mode: sets the policies, so no CMP warnings
 include("${CMAKE_CURRENT_LIST_DIR}/setup.cmake")
 
 scalify_require_packages(${SCALIFY_DEBIAN_PACKAGES})

@@ -1,4 +1,5 @@
 # cmake -P cmake/test.cmake — set up, build and run the whole test suite, then the unit tests
+cmake_minimum_required(VERSION 3.21)  # script mode: sets the policies, so no CMP warnings
 # again under AddressSanitizer + UndefinedBehaviorSanitizer and the libFuzzer targets (built with
 # clang++ 14, so every run also proves the code compiles warning-free with both g++ and clang++).
 include("${CMAKE_CURRENT_LIST_DIR}/setup.cmake")

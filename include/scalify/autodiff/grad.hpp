@@ -183,7 +183,8 @@ template <class Strategy = default_scaling, class F, class... Params>
 
     tape<P> recording;
     auto watch = [&](const auto& leaf) { return recording.template watch<Strategy>(leaf); };
-    auto vars = std::make_tuple(detail::tree_map(params, watch)...);
+    // Braced initialisation evaluates left to right: parameters are watched in order.
+    auto vars = std::tuple<decltype(detail::tree_map(params, watch))...>{detail::tree_map(params, watch)...};
     const auto output = std::apply(std::forward<F>(f), std::as_const(vars));
     using Out = std::remove_cvref_t<decltype(output)>;
     static_assert(detail::is_var_v<Out>, "value_and_grad: the function must return an ad::var (its scalar result)");
@@ -209,7 +210,8 @@ template <class Strategy = default_scaling, class F, class... Params>
                 position, shape_string(leaf.shape()))));
         }
     };
-    auto grads = std::apply([&](const auto&... v) { return std::make_tuple(detail::tree_map(v, read)...); }, vars);
+    auto grads = std::apply(
+        [&](const auto&... v) { return std::tuple<decltype(detail::tree_map(v, read))...>{detail::tree_map(v, read)...}; }, vars);
     if constexpr (sizeof...(Params) == 1) {
         return value_and_grad_result<typename Out::array_type, std::tuple_element_t<0, decltype(grads)>>{
             output.value(), std::move(std::get<0>(grads))};

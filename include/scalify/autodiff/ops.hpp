@@ -318,10 +318,10 @@ template <class T, class P, class S>
 
 /// cond ? a : b with broadcasting; the cotangent goes to the branch that was chosen.
 template <class X, class Y>
-    requires detail::var_operands<X, Y>
-[[nodiscard]] auto where(const xt::xarray<bool>& cond, const X& x, const Y& y)
+    requires detail::var_operands<std::remove_cvref_t<X>, std::remove_cvref_t<Y>>
+[[nodiscard]] auto where(const xt::xarray<bool>& cond, X&& x, Y&& y)
 {
-    using S = detail::strategy_of_t<X, Y>;
+    using S = detail::strategy_of_t<std::remove_cvref_t<X>, std::remove_cvref_t<Y>>;
     const auto a = detail::lift<S>(x);
     const auto b = detail::lift<S>(y);
     return detail::record_op<S>(
@@ -332,6 +332,20 @@ template <class X, class Y>
             return std::tuple{scalify::detail::unbroadcast<S>(scalify::where<S, G>(cond, g, zero), av.shape()),
                               scalify::detail::unbroadcast<S>(scalify::where<S, G>(cond, zero, g), bv.shape())};
         });
+}
+// Exact matches for non-const and rvalue masks, so xt::where (found by ADL through the mask)
+// does not win overload resolution.
+template <class X, class Y>
+    requires detail::var_operands<std::remove_cvref_t<X>, std::remove_cvref_t<Y>>
+[[nodiscard]] auto where(xt::xarray<bool>& cond, X&& x, Y&& y)
+{
+    return where(std::as_const(cond), std::forward<X>(x), std::forward<Y>(y));
+}
+template <class X, class Y>
+    requires detail::var_operands<std::remove_cvref_t<X>, std::remove_cvref_t<Y>>
+[[nodiscard]] auto where(xt::xarray<bool>&& cond, X&& x, Y&& y)
+{
+    return where(std::as_const(cond), std::forward<X>(x), std::forward<Y>(y));
 }
 
 template <class T, class P, class S>
@@ -551,15 +565,17 @@ template <class X, class Y>
 // ---- loss -------------------------------------------------------------------------------------
 
 /// Mean softmax cross-entropy of logits (batch x classes) against integer labels, as a scalar
-/// (0-d) float var; its backward rule is the cross-entropy gradient times the incoming scalar
-/// cotangent, which folds into the scale (a loss weight only moves the gradient's scale).
+/// (0-d) var in the logits' compute type (float, or double for double logits); its backward
+/// rule is the cross-entropy gradient times the incoming scalar cotangent, which folds into the
+/// scale (a loss weight only moves the gradient's scale).
 template <class T, class P, class S, class Labels>
-[[nodiscard]] var<float, P, S> softmax_cross_entropy(const var<T, P, S>& logits, const Labels& labels)
+[[nodiscard]] var<compute_t<T>, P, S> softmax_cross_entropy(const var<T, P, S>& logits, const Labels& labels)
 {
+    using L = compute_t<T>;
     auto ce = scalify::softmax_cross_entropy(logits.value(), labels);
-    xt::xarray<float> loss = xt::xarray<float>::from_shape({});
-    loss() = static_cast<float>(ce.loss);
-    return detail::record_op<S>("softmax_cross_entropy", ScaledArray<float, P>(std::move(loss), 1.0f), std::tuple{logits},
+    xt::xarray<L> loss = xt::xarray<L>::from_shape({});
+    loss() = static_cast<L>(ce.loss);
+    return detail::record_op<S>("softmax_cross_entropy", ScaledArray<L, P>(std::move(loss), 1.0f), std::tuple{logits},
                                 [grad = std::move(ce.grad)](const auto& g, const auto&, const auto&) {
                                     return std::tuple{scalify::mul(grad, double(g.value().data()[0]))};
                                 });

@@ -1,0 +1,106 @@
+// libFuzzer target: random graphs through the autodiff layer. Fuzzer bytes choose the element
+// type, scale policy, strategy, shapes, scales (2^-40 .. 2^40, or 0), data and a chain of ops;
+// the tape's gradients must equal the hand-composed backward rules bit for bit, and misuse
+// (an escaped var, a non-scalar output) must end in the typed errors, never UB.
+#include "../support/random_chain.hpp"
+#include "fuzz_support.hpp"
+
+#include <scalify/scalify.hpp>
+
+#include <cstddef>
+#include <cstdint>
+
+using namespace scalify;
+using scalify::testing::chain;
+using scalify::testing::chain_op;
+
+namespace {
+
+template <class T, class P>
+ScaledArray<T, P> read_array(fuzz::reader& in, std::vector<std::size_t> shape)
+{
+    xt::xarray<T> data = xt::xarray<T>::from_shape(shape);
+    for (auto& x : data) x = static_cast<T>(static_cast<float>(static_cast<std::int8_t>(in.byte())) / 32.0f);
+    const int exponent = static_cast<int>(in.byte() % 82) - 41;  // -41: a zero scale
+    return ScaledArray<T, P>(std::move(data), exponent == -41 ? 0.0f : std::ldexp(1.0f, exponent));
+}
+
+template <class Strategy, class T, class P>
+void run(fuzz::reader& in)
+{
+    const std::size_t m = 1 + in.byte() % 6, k = 1 + in.byte() % 9, n = 1 + in.byte() % 6;
+    chain program;
+    const std::size_t length = in.byte() % 7;
+    for (std::size_t i = 0; i < length; ++i) program.ops.push_back(static_cast<chain_op>(in.byte() % testing::chain_op_count));
+    program.ops.push_back(chain_op::mul_c);
+    program.ops.push_back(chain_op::add_bias);
+    const auto a = read_array<T, P>(in, {m, k});
+    const auto b = read_array<T, P>(in, {k, n});
+    const auto c = read_array<T, P>(in, {m, n});
+    const auto bias = read_array<T, P>(in, {n});
+
+    ad::tape<P> tape;
+    const auto va = tape.template watch<Strategy>(a);
+    const auto vb = tape.template watch<Strategy>(b);
+    const auto vc = tape.template watch<Strategy>(c);
+    const auto vbias = tape.template watch<Strategy>(bias);
+    try {
+        const auto out = program(va, vb, vc, vbias);
+        tape.backward(out);
+    } catch (const scale_error&) {
+        return;  // a scale rule overflowed float32: the documented error, from the forward or backward ops
+    }
+    const auto hand = testing::hand_gradients<Strategy>(program, a, b, c, bias);
+    if (!testing::same_bits(tape.gradient_of(va), hand.a) || !testing::same_bits(tape.gradient_of(vb), hand.b) ||
+        !testing::same_bits(tape.gradient_of(vc), hand.c) || !testing::same_bits(tape.gradient_of(vbias), hand.bias)) {
+        fuzz::fail("autodiff gradient differs from the hand-composed backward rules");
+    }
+
+    // Misuse: a non-scalar output, an escaped var.
+    try {
+        tape.backward(vc * 2.0);
+        fuzz::fail("backward of a non-scalar output without a seed did not throw");
+    } catch (const autodiff_error&) {
+    }
+    ad::var<T, P, Strategy> escaped;
+    {
+        ad::tape<P> inner;
+        escaped = inner.template watch<Strategy>(a) * 2.0;
+    }
+    try {
+        (void)(escaped + va);
+        fuzz::fail("a var of a destroyed tape entered an op");
+    } catch (const autodiff_error&) {
+    }
+}
+
+template <class T, class P>
+void with_strategy(fuzz::reader& in)
+{
+    switch (in.byte() % 3) {
+    case 0: run<default_scaling, T, P>(in); break;
+    case 1: run<unit_scaling, T, P>(in); break;
+    default: run<natural_scaling, T, P>(in); break;
+    }
+}
+
+template <class P>
+void with_type(fuzz::reader& in)
+{
+    switch (in.byte() % 4) {
+    case 0: with_strategy<float, P>(in); break;
+    case 1: with_strategy<float8_e4m3fn, P>(in); break;
+    case 2: with_strategy<Eigen::half, P>(in); break;
+    default: with_strategy<double, P>(in); break;
+    }
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size)
+{
+    fuzz::reader in{data, size};
+    if (in.byte() % 2) with_type<pow2_scale>(in);
+    else with_type<float_scale>(in);
+    return 0;
+}

@@ -1,0 +1,171 @@
+#pragma once
+// A random chain of differentiable ops, for the autodiff tests and fuzz target:
+//   h = matmul(a, b); then steps from `ops` (each may use the side parameters c (M x N) and
+//   bias (N)); result = reduce_sum(h).
+// It runs as a template over the array type (plain ScaledArray or ad::var), and `hand_gradients`
+// composes the backward rules by hand, in the order the tape's reverse sweep uses, so the two
+// can be compared bit for bit.
+#include <scalify/scalify.hpp>
+
+#include <cmath>
+#include <cstdint>
+#include <optional>
+#include <random>
+#include <vector>
+
+namespace scalify::testing {
+
+enum class chain_op : std::uint8_t { relu, gelu, neg, abs, mul_c, add_bias, maximum_c, softmax, scale_3, exp_small, transpose2, count };
+
+inline constexpr std::size_t chain_op_count = static_cast<std::size_t>(chain_op::count);
+
+struct chain {
+    std::vector<chain_op> ops;
+
+    /// reduce_sum of the chain; works for ScaledArrays and vars (found by ADL).
+    template <class A, class C, class Bias>
+    auto operator()(const A& a, const A& b, const C& c, const Bias& bias) const
+    {
+        auto h = matmul(a, b);
+        for (const auto op : ops) h = step(op, h, c, bias);
+        return reduce_sum(h);
+    }
+
+    template <class H, class C, class Bias>
+    static H step(chain_op op, const H& h, const C& c, const Bias& bias)
+    {
+        switch (op) {
+        case chain_op::relu: return relu(h);
+        case chain_op::gelu: return gelu(h);
+        case chain_op::neg: return neg(h);
+        case chain_op::abs: return abs(h);
+        case chain_op::mul_c: return h * c;
+        case chain_op::add_bias: return h + bias;
+        case chain_op::maximum_c: return maximum(h, c);
+        case chain_op::softmax: return softmax(h, 1);
+        case chain_op::scale_3: return h * 3.0;
+        case chain_op::exp_small: return exp(h * 0.0625);
+        case chain_op::transpose2: return transpose(transpose(h));
+        case chain_op::count: break;
+        }
+        return h;
+    }
+};
+
+/// Running sum of cotangents as the tape keeps it: same types add under Strategy; different
+/// types are widened to float (double if either is double) first.
+template <class Strategy, class P>
+void accumulate(ad::gradient<P>& sum, const auto& g)
+{
+    if (sum.empty()) {
+        sum = g;
+        return;
+    }
+    sum = sum.visit([&](const auto& held) -> ad::gradient<P> {
+        using H = typename std::remove_cvref_t<decltype(held)>::value_type;
+        using G = typename std::remove_cvref_t<decltype(g)>::value_type;
+        if constexpr (std::same_as<H, G>) return add<Strategy>(held, g);
+        else {
+            using C = std::conditional_t<std::same_as<H, double> || std::same_as<G, double>, double, float>;
+            return add<Strategy>(cast<C>(held), cast<C>(g));
+        }
+    });
+}
+
+template <class P>
+struct chain_gradients {
+    ad::gradient<P> a, b, c, bias;
+};
+
+/// The chain's gradients from the backward rules of train/backward.hpp, composed by hand.
+template <class Strategy, class T, class P>
+chain_gradients<P> hand_gradients(const chain& program, const ScaledArray<T, P>& a, const ScaledArray<T, P>& b,
+                                  const ScaledArray<T, P>& c, const ScaledArray<T, P>& bias)
+{
+    using C = compute_t<T>;
+    // Forward, keeping what the backward rules read.
+    std::vector<ScaledArray<T, P>> inputs, outputs, pre_exp;
+    auto h = matmul<Strategy>(a, b);
+    for (const auto op : program.ops) {
+        inputs.push_back(h);
+        if (op == chain_op::exp_small) pre_exp.push_back(mul(h, 0.0625));
+        else pre_exp.push_back(h);
+        switch (op) {
+        case chain_op::relu: h = relu<Strategy>(h); break;
+        case chain_op::gelu: h = gelu<Strategy>(h); break;
+        case chain_op::neg: h = neg<Strategy>(h); break;
+        case chain_op::abs: h = abs<Strategy>(h); break;
+        case chain_op::mul_c: h = mul<Strategy>(h, c); break;
+        case chain_op::add_bias: h = add<Strategy>(h, bias); break;
+        case chain_op::maximum_c: h = maximum<Strategy>(h, c); break;
+        case chain_op::softmax: h = softmax<Strategy>(h, 1); break;
+        case chain_op::scale_3: h = mul(h, 3.0); break;
+        case chain_op::exp_small: h = exp<Strategy>(pre_exp.back()); break;
+        case chain_op::transpose2: h = transpose(transpose(h)); break;
+        case chain_op::count: break;
+        }
+        outputs.push_back(h);
+    }
+    // Backward: seed 1 at the scalar sum, then the steps in reverse.
+    xt::xarray<C> one = xt::xarray<C>::from_shape({});
+    one() = C(1);
+    const auto total = reduce_sum<Strategy>(h);
+    ad::gradient<P> g = reduce_sum_vjp(ScaledArray<C, P>(one, 1.0f), h.shape(), std::vector<std::size_t>{0, 1});
+    (void)total;
+    chain_gradients<P> out;
+    for (std::size_t k = program.ops.size(); k-- > 0;) {
+        const auto& x = inputs[k];
+        const auto& y = outputs[k];
+        g = g.visit([&](const auto& gk) -> ad::gradient<P> {
+            switch (program.ops[k]) {
+            case chain_op::relu: return relu_vjp<Strategy>(gk, x);
+            case chain_op::gelu: return gelu_vjp<Strategy>(gk, x);
+            case chain_op::neg: return neg_vjp(gk);
+            case chain_op::abs: return abs_vjp<Strategy>(gk, x);
+            case chain_op::mul_c: {
+                auto r = mul_vjp<Strategy>(gk, x, c);
+                accumulate<Strategy>(out.c, r.second);
+                return r.first;
+            }
+            case chain_op::add_bias: {
+                auto r = add_vjp<Strategy>(gk, x.shape(), bias.shape());
+                accumulate<Strategy>(out.bias, r.second);
+                return r.first;
+            }
+            case chain_op::maximum_c: {
+                auto r = maximum_vjp<Strategy>(gk, x, c);
+                accumulate<Strategy>(out.c, r.second);
+                return r.first;
+            }
+            case chain_op::softmax: return softmax_vjp<Strategy>(gk, y, 1);
+            case chain_op::scale_3: return mul(gk, 3.0);
+            case chain_op::exp_small: return mul(exp_vjp<Strategy>(gk, y), 0.0625);
+            case chain_op::transpose2: return transpose_vjp(transpose_vjp(gk));
+            case chain_op::count: break;
+            }
+            return gk;
+        });
+    }
+    g.visit([&](const auto& gm) {
+        auto r = matmul_vjp<Strategy>(gm, a, b);
+        accumulate<Strategy>(out.a, r.first);
+        accumulate<Strategy>(out.b, r.second);
+    });
+    return out;
+}
+
+/// Bit-for-bit equality of two gradients: same type, scale and data bits.
+template <class P>
+bool same_bits(const ad::gradient<P>& x, const ad::gradient<P>& y)
+{
+    if (x.empty() || y.empty()) return x.empty() == y.empty();
+    if (x.variant().index() != y.variant().index() || x.scale() != y.scale()) return false;
+    return x.visit([&](const auto& xa) {
+        using A = std::remove_cvref_t<decltype(xa)>;
+        const auto& ya = std::get<A>(y.variant());
+        if (xa.shape() != ya.shape()) return false;
+        return std::memcmp(xa.data().data(), ya.data().data(), xa.size() * sizeof(typename A::value_type)) == 0;
+    });
+}
+
+}  // namespace scalify::testing

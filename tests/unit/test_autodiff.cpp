@@ -1,0 +1,361 @@
+// Reverse-mode autodiff: gradients against hand-composed backward rules (bit for bit) and
+// central finite differences in double, parameter trees, gradient-path ops, the matmul recipe
+// scope, and the errors of misuse.
+#include "../support/random_chain.hpp"
+
+#include <scalify/scalify.hpp>
+
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <random>
+#include <vector>
+
+using namespace scalify;
+using scalify::testing::chain;
+using scalify::testing::chain_op;
+
+namespace {
+
+template <class T, class P = float_scale>
+ScaledArray<T, P> random_array(std::mt19937& rng, std::vector<std::size_t> shape, float scale)
+{
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    xt::xarray<T> data = xt::xarray<T>::from_shape(shape);
+    for (auto& x : data) x = static_cast<T>(normal(rng));
+    return ScaledArray<T, P>(std::move(data), scale);
+}
+
+chain random_chain(std::mt19937& rng, std::size_t length)
+{
+    std::uniform_int_distribution<int> pick(0, static_cast<int>(testing::chain_op_count) - 1);
+    chain program;
+    for (std::size_t i = 0; i < length; ++i) program.ops.push_back(static_cast<chain_op>(pick(rng)));
+    // c and bias are always used, so every parameter is part of the graph.
+    program.ops.push_back(chain_op::mul_c);
+    program.ops.push_back(chain_op::add_bias);
+    std::shuffle(program.ops.begin(), program.ops.end(), rng);
+    return program;
+}
+
+float random_pow2_scale(std::mt19937& rng)
+{
+    return std::ldexp(1.0f, std::uniform_int_distribution<int>(-40, 40)(rng));
+}
+
+/// Autodiff gradients of the chain equal the hand composition bit for bit.
+template <class Strategy, class T, class P>
+void check_chain_bits(std::mt19937& rng)
+{
+    const std::size_t m = std::uniform_int_distribution<std::size_t>(1, 9)(rng);
+    const std::size_t k = std::uniform_int_distribution<std::size_t>(1, 17)(rng);
+    const std::size_t n = std::uniform_int_distribution<std::size_t>(1, 9)(rng);
+    const auto program = random_chain(rng, std::uniform_int_distribution<std::size_t>(1, 5)(rng));
+    const auto a = random_array<T, P>(rng, {m, k}, random_pow2_scale(rng));
+    const auto b = random_array<T, P>(rng, {k, n}, random_pow2_scale(rng));
+    const auto c = random_array<T, P>(rng, {m, n}, random_pow2_scale(rng));
+    const auto bias = random_array<T, P>(rng, {n}, random_pow2_scale(rng));
+
+    ad::tape<P> tape;
+    const auto va = tape.template watch<Strategy>(a);
+    const auto vb = tape.template watch<Strategy>(b);
+    const auto vc = tape.template watch<Strategy>(c);
+    const auto vbias = tape.template watch<Strategy>(bias);
+    const auto out = program(va, vb, vc, vbias);
+    tape.backward(out);
+    const auto hand = testing::hand_gradients<Strategy>(program, a, b, c, bias);
+    INFO("shapes " << m << "x" << k << "x" << n << ", " << program.ops.size() << " ops");
+    CHECK(testing::same_bits(tape.gradient_of(va), hand.a));
+    CHECK(testing::same_bits(tape.gradient_of(vb), hand.b));
+    CHECK(testing::same_bits(tape.gradient_of(vc), hand.c));
+    CHECK(testing::same_bits(tape.gradient_of(vbias), hand.bias));
+}
+
+/// f(value) through plain ScaledArrays in double, for finite differences.
+template <class P>
+double chain_value(const chain& program, const ScaledArray<double, P>& a, const ScaledArray<double, P>& b,
+                   const ScaledArray<double, P>& c, const ScaledArray<double, P>& bias)
+{
+    return program(a, b, c, bias).value()();
+}
+
+}  // namespace
+
+TEST_CASE("autodiff gradients of random chains equal the hand-composed backward rules bit for bit", "[autodiff]")
+{
+    std::mt19937 rng(2024);
+    for (int trial = 0; trial < 12; ++trial) {
+        check_chain_bits<default_scaling, float, float_scale>(rng);
+        check_chain_bits<default_scaling, float, pow2_scale>(rng);
+        check_chain_bits<unit_scaling, float8_e4m3fn, pow2_scale>(rng);
+        check_chain_bits<unit_scaling, Eigen::half, float_scale>(rng);
+        check_chain_bits<natural_scaling, Eigen::bfloat16, pow2_scale>(rng);
+        check_chain_bits<default_scaling, double, float_scale>(rng);
+    }
+}
+
+TEST_CASE("autodiff gradients agree with central finite differences in double", "[autodiff]")
+{
+    std::mt19937 rng(7);
+    for (int trial = 0; trial < 20; ++trial) {
+        const std::size_t m = 3, k = 4, n = 5;
+        const auto program = random_chain(rng, 3);
+        std::vector<ScaledArray<double, float_scale>> params{
+            random_array<double>(rng, {m, k}, random_pow2_scale(rng) * 1.5f), random_array<double>(rng, {k, n}, random_pow2_scale(rng)),
+            random_array<double>(rng, {m, n}, random_pow2_scale(rng)), random_array<double>(rng, {n}, random_pow2_scale(rng))};
+        // Keep values O(1) so exp and softmax stay in range: scales only move data/scale balance.
+        for (auto& p : params) p = ScaledArray<double, float_scale>(xt::xarray<double>(p.data() / double(p.scale())), p.scale());
+
+        const auto grads = ad::grad([&](const auto& ps) { return program(ps[0], ps[1], ps[2], ps[3]); }, params);
+        for (std::size_t which = 0; which < params.size(); ++which) {
+            const xt::xarray<float> analytic = grads[which].value();
+            for (std::size_t i = 0; i < params[which].size(); ++i) {
+                auto plus = params, minus = params;
+                const double step = 1e-6;
+                auto bump = [&](auto& p, double delta) {
+                    xt::xarray<double> d = p.data();
+                    d.data()[i] += delta / double(p.scale());
+                    p = ScaledArray<double, float_scale>(std::move(d), p.scale());
+                };
+                bump(plus[which], step);
+                bump(minus[which], -step);
+                const double fd = (chain_value(program, plus[0], plus[1], plus[2], plus[3]) -
+                                   chain_value(program, minus[0], minus[1], minus[2], minus[3])) /
+                                  (2 * step);
+                INFO("trial " << trial << " parameter " << which << " element " << i);
+                CHECK(std::abs(fd - double(analytic.data()[i])) <= 1e-4 * std::max(1.0, std::abs(fd)));
+            }
+        }
+    }
+}
+
+TEST_CASE("every differentiable op matches finite differences", "[autodiff]")
+{
+    std::mt19937 rng(11);
+    using A = ScaledArray<double, float_scale>;
+    const A x = random_array<double>(rng, {3, 4}, 0.5f);
+    const A y = random_array<double>(rng, {3, 4}, 2.0f);
+    const xt::xarray<bool> mask = x.value() > 0.0;
+    const std::vector<std::uint8_t> labels{1, 3, 0};
+
+    const auto check = [&](const char* name, auto f) {
+        const auto grads = ad::grad(f, x, y);
+        const A* params[] = {&x, &y};
+        for (int which = 0; which < 2; ++which) {
+            const xt::xarray<float> analytic = (which == 0 ? std::get<0>(grads) : std::get<1>(grads)).value();
+            for (std::size_t i = 0; i < x.size(); ++i) {
+                auto eval = [&](double delta) {
+                    A p[] = {x, y};
+                    xt::xarray<double> d = p[which].data();
+                    d.data()[i] += delta / double(params[which]->scale());
+                    p[which] = A(std::move(d), params[which]->scale());
+                    using V = ad::var<double>;  // constants: no tape, the same arithmetic
+                    return double(f(V(p[0]), V(p[1])).value().value()());
+                };
+                const double fd = (eval(1e-6) - eval(-1e-6)) / 2e-6;
+                INFO(name << " input " << which << " element " << i);
+                CHECK(std::abs(fd - double(analytic.data()[i])) <= 1e-4 * std::max(1.0, std::abs(fd)));
+            }
+        }
+    };
+    const auto sum = [](const auto& v) { return reduce_sum(v); };
+    check("sub", [&](const auto& a, const auto& b) { return sum((a - b) * a); });
+    check("div", [&](const auto& a, const auto& b) { return sum(a / (b * b + A(xt::ones<double>({4}), 1.0f))); });
+    check("minimum", [&](const auto& a, const auto& b) { return sum(minimum(a, b) * a); });
+    check("log sqrt", [&](const auto& a, const auto& b) { return sum(log(sqrt(a * a + b * b))); });
+    check("where", [&](const auto& a, const auto& b) { return sum(where(mask, a * b, b)); });
+    check("reduce_max", [&](const auto& a, const auto& b) { return sum(reduce_max(a * b, {1}) * 3.0); });
+    check("reduce_sum axis", [&](const auto& a, const auto& b) { return sum(exp(reduce_sum(a, {0})) * reduce_sum(b, {0})); });
+    check("layout", [&](const auto& a, const auto& b) {
+        return sum(reshape(transpose(a, {1, 0}), {2, 6}) * reshape(b, {2, 6}));
+    });
+    check("slice concatenate", [&](const auto& a, const auto& b) {
+        using V = std::remove_cvref_t<decltype(slice(a, 1, 0, 2))>;
+        return sum(concatenate(std::vector<V>{slice(a, 1, 0, 2), slice(b, 1, 2, 4)}, 1) * a);
+    });
+    check("cast rebalance", [&](const auto& a, const auto& b) { return sum(rebalance_scale(cast<double>(a), 4.0f) * b); });
+    check("cross-entropy", [&](const auto& a, const auto& b) { return softmax_cross_entropy(a * b, labels) * 2.0; });
+}
+
+TEST_CASE("the same model code runs on ScaledArrays and gives their value", "[autodiff]")
+{
+    std::mt19937 rng(3);
+    const auto a = random_array<float, pow2_scale>(rng, {4, 6}, 0.25f);
+    const auto b = random_array<float, pow2_scale>(rng, {6, 3}, 2.0f);
+    const auto model = [](const auto& p, const auto& q) { return reduce_sum(relu(matmul(p, q)) * 0.5 - matmul(p, q)); };
+    const auto plain = model(a, b);
+    const auto [value, grads] = ad::value_and_grad(model, a, b);
+    CHECK(value.scale() == plain.scale());
+    CHECK(value.data()() == plain.data()());
+}
+
+namespace {
+template <class A>
+struct two_layer {
+    A w, b;
+    template <class F>
+    friend void for_each_parameter(two_layer& self, F&& f)
+    {
+        f(self.w), f(self.b);
+    }
+};
+}  // namespace
+
+TEST_CASE("gradients map onto parameter structs and containers; sgd updates them", "[autodiff]")
+{
+    std::mt19937 rng(5);
+    using A = ScaledArray<float, pow2_scale>;
+    const A x = random_array<float, pow2_scale>(rng, {8, 4}, 1.0f);
+    two_layer<A> params{random_array<float, pow2_scale>(rng, {4, 3}, 0.5f), random_array<float, pow2_scale>(rng, {3}, 0.125f)};
+    const auto loss = [&](const auto& p) { return reduce_sum(relu(matmul(x, p.w) + p.b)); };
+    const auto [value, grads] = ad::value_and_grad<unit_scaling>(loss, params);
+    static_assert(std::same_as<std::remove_cvref_t<decltype(grads)>, two_layer<ad::gradient<pow2_scale>>>);
+    CHECK(grads.w.shape() == std::vector<std::size_t>{4, 3});
+    CHECK(grads.b.shape() == std::vector<std::size_t>{3});
+
+    // The same gradients through a named map and a vector.
+    std::map<std::string, A> named{{"w", params.w}, {"b", params.b}};
+    const auto by_name = ad::grad<unit_scaling>([&](const auto& p) { return reduce_sum(relu(matmul(x, p.at("w")) + p.at("b"))); }, named);
+    CHECK(testing::same_bits(by_name.at("w"), grads.w));
+    CHECK(testing::same_bits(by_name.at("b"), grads.b));
+
+    // SGD on float32 masters: w - lr * g, in float, under the parameter's scale.
+    const xt::xarray<float> before = params.w.value();
+    ad::sgd(0.5).step(params, grads);
+    const xt::xarray<float> expected = before - 0.5f * grads.w.value();
+    CHECK(xt::allclose(params.w.value(), expected, 1e-6, 1e-6));
+    CHECK(params.w.scale() == 0.5f);
+
+    // Low-precision parameters keep their scale and round the update.
+    two_layer<ScaledArray<float8_e4m3fn, pow2_scale>> low{cast<float8_e4m3fn>(params.w), cast<float8_e4m3fn>(params.b)};
+    const auto low_grads = ad::grad([&](const auto& p) { return reduce_sum(matmul(x, p.w) + p.b); }, low);
+    ad::sgd(0.25).step(low, low_grads);
+    CHECK(low.w.scale() == 0.5f);
+    CHECK_THROWS_AS(ad::sgd(std::nan("")), config_error);
+}
+
+TEST_CASE("gradient-path ops act on the cotangent only", "[autodiff]")
+{
+    std::mt19937 rng(9);
+    using A = ScaledArray<float, pow2_scale>;
+    const A w = random_array<float, pow2_scale>(rng, {5, 5}, 1.0f);
+    const A x = random_array<float, pow2_scale>(rng, {3, 5}, 1.0f);
+
+    // cast_grad: identity forward, the weight gradient arrives in E5M2 at the propagated scale.
+    const auto [v1, g1] = ad::value_and_grad([&](const auto& p) { return reduce_sum(cast_grad<float8_e5m2>(p) * 2.0); }, w);
+    const auto [v0, g0] = ad::value_and_grad([&](const auto& p) { return reduce_sum(p * 2.0); }, w);
+    CHECK(v1.data()() == v0.data()());
+    CHECK(g1.holds<float8_e5m2>());
+    CHECK(xt::allclose(g1.value(), g0.value()));
+
+    // dynamic_rescale_max_grad: the cotangent's data max becomes ~1, its value is unchanged.
+    const auto g2 = ad::grad([&](const auto& p) { return reduce_sum(dynamic_rescale_max_grad(matmul(x, p)) * 1e-6); }, w);
+    const auto g3 = ad::grad([&](const auto& p) { return reduce_sum(matmul(x, p) * 1e-6); }, w);
+    CHECK(xt::allclose(g2.value(), g3.value(), 1e-5, 1e-12));
+    const double data_max = double(xt::amax(xt::abs(g2.as<float>().data()))());
+    CHECK(data_max >= 0.5);
+    CHECK(data_max <= 2.0);
+
+    // stop_gradient: nothing flows back, so the parameter is not part of the graph.
+    CHECK_THROWS_AS(ad::grad([&](const auto& p) { return reduce_sum(stop_gradient(p) * 2.0); }, w), autodiff_error);
+}
+
+TEST_CASE("a matmul precision scope casts operands and cotangents, and is restored", "[autodiff]")
+{
+    std::mt19937 rng(13);
+    using A = ScaledArray<float, pow2_scale>;
+    const A w = random_array<float, pow2_scale>(rng, {16, 8}, 0.25f);
+    const A x = random_array<float, pow2_scale>(rng, {4, 16}, 1.0f);
+    const auto loss = [&](const auto& p) { return reduce_sum(matmul(x, p) * matmul(x, p)); };
+    const auto [exact, g_exact] = ad::value_and_grad<unit_scaling>(loss, w);
+    {
+        const ad::matmul_precision_scope fp8(dtype::float8_e4m3fn, dtype::float8_e5m2);
+        CHECK(ad::current_matmul_precision().forward == dtype::float8_e4m3fn);
+        const auto [low, g_low] = ad::value_and_grad<unit_scaling>(loss, w);
+        // Forward equals the product of the E4M3-cast operands at their scales.
+        const auto by_hand = matmul<unit_scaling, float>(cast<float8_e4m3fn, round_nearest_even, saturate_finite>(x),
+                                                         cast<float8_e4m3fn, round_nearest_even, saturate_finite>(w));
+        const auto direct = reduce_sum<unit_scaling>(mul<unit_scaling>(by_hand, by_hand));
+        CHECK(low.data()() == direct.data()());
+        CHECK(low.value()() != exact.value()());
+        CHECK(xt::allclose(g_low.value(), g_exact.value(), 0.2, 0.2 * double(xt::amax(xt::abs(g_exact.value()))())));
+    }
+    CHECK(ad::current_matmul_precision().forward == dtype::float32);
+}
+
+TEST_CASE("misuse of the autodiff layer is a typed error naming what went wrong", "[autodiff]")
+{
+    std::mt19937 rng(17);
+    using A = ScaledArray<float, float_scale>;
+    const A w = random_array<float>(rng, {3, 3}, 1.0f);
+
+    SECTION("a value used after its tape is gone")
+    {
+        ad::var<float> escaped;
+        (void)ad::grad([&](const auto& p) {
+            escaped = p * 2.0;
+            return reduce_sum(p);
+        }, w);
+        CHECK(!escaped.tape_alive());
+        CHECK(escaped.value().scale() == 2.0f);  // the value itself is still readable
+        CHECK_THROWS_WITH(ad::grad([&](const auto& p) { return reduce_sum(p + escaped); }, w),
+                          Catch::Contains("used after its tape was destroyed"));
+    }
+    SECTION("a non-scalar output without a seed")
+    {
+        CHECK_THROWS_WITH(ad::grad([&](const auto& p) { return p * 2.0; }, w), Catch::Contains("scalar"));
+        ad::tape<float_scale> tape;
+        const auto p = tape.watch(w);
+        const auto y = p * 2.0;
+        CHECK_THROWS_AS(tape.backward(y), autodiff_error);
+        tape.backward(y, A(xt::ones<float>({3, 3}), 1.0f));  // with a seed it works
+        CHECK(tape.gradient_of(p).scale() == 2.0f);
+        CHECK_THROWS_AS(tape.backward(y, A(xt::ones<float>({2}), 1.0f)), shape_error);
+    }
+    SECTION("a parameter that is not part of the graph")
+    {
+        const A unused = random_array<float>(rng, {2}, 1.0f);
+        CHECK_THROWS_WITH(ad::grad([&](const auto& p, const auto&) { return reduce_sum(p); }, w, unused),
+                          Catch::Contains("parameter leaf 2 (shape (2,)) is not part of the graph"));
+    }
+    SECTION("shape mismatches discovered in backward")
+    {
+        ad::tape<float_scale> tape;
+        const auto p = tape.watch(w);
+        const auto bad = ad::custom_op<default_scaling>(p.value(), std::tuple{p}, [](const auto& g) {
+            return std::tuple{scalify::slice(g, 0, 0, 1)};  // wrong shape
+        });
+        CHECK_THROWS_WITH(tape.backward(reduce_sum(bad)), Catch::Contains("cotangent of shape (1, 3)"));
+    }
+    SECTION("values of two tapes, and empty vars")
+    {
+        ad::tape<float_scale> t1, t2;
+        const auto p1 = t1.watch(w);
+        const auto p2 = t2.watch(w);
+        CHECK_THROWS_WITH(p1 + p2, Catch::Contains("two different tapes"));
+        CHECK_THROWS_AS(ad::var<float>().value(), autodiff_error);
+        CHECK_THROWS_AS(t1.gradient_of(p2), autodiff_error);
+    }
+    SECTION("shape errors of the forward ops still surface")
+    {
+        CHECK_THROWS_AS(ad::grad([&](const auto& p) { return reduce_sum(matmul(p, A(xt::ones<float>({2, 2}), 1.0f))); }, w),
+                        shape_error);
+    }
+}
+
+TEST_CASE("custom_op records a user backward rule", "[autodiff]")
+{
+    std::mt19937 rng(19);
+    const auto w = random_array<float>(rng, {4}, 1.0f);
+    const auto g = ad::grad(
+        [&](const auto& p) {
+            const auto cube = ad::custom_op<default_scaling>(
+                mul(mul(p.value(), p.value()), p.value()), std::tuple{p},
+                [](const auto& gy, const auto& x) { return std::tuple{mul(mul(gy, mul(x, x)), 3.0)}; });
+            return reduce_sum(cube);
+        },
+        w);
+    CHECK(xt::allclose(g.value(), 3.0f * w.value() * w.value(), 1e-5, 1e-6));
+}
