@@ -49,7 +49,7 @@ TEST_CASE("graph_linear: y, grad_x and grad_w are three ops with their own multi
           "[autoscale][autodiff]")
 {
     autoscale::scaling_context<pow2_scale> ctx({.analysis_iters = 3});
-    autoscale::graph_linear<float8_e4m3fn, float8_e5m2, float, pow2_scale> fc1(ctx, "fc1"), fc2(ctx, "fc2");
+    autoscale::graph_linear<float8_e4m3fn, float8_e5m2, float, float8_e5m2, pow2_scale> fc1(ctx, "fc1"), fc2(ctx, "fc2");
     const farray x = gaussian({64, 32}, 1.0f, 1);
     const farray target = gaussian({64, 8}, 1.0f, 2);
     const two_layers<farray> params{gaussian({32, 16}, 0.2f, 3), gaussian({16, 8}, 0.3f, 4)};
@@ -77,20 +77,24 @@ TEST_CASE("graph_linear: y, grad_x and grad_w are three ops with their own multi
             CHECK(relative_rms(grads.w1.value(), exact.grads.w1.value()) < 0.1);
             CHECK(relative_rms(grads.w2.value(), exact.grads.w2.value()) < 0.1);
         } else {
-            // after: as accurate as current scaling, with no amax pass
+            // after: about as accurate as current scaling, with no amax pass, though the weight
+            // gradients are stored in E5M2 here (current scaling's stay float32)
             CHECK(std::abs(loss.value()() - exact.value.value()()) < 1.1 * loss_error + 1e-3);
-            CHECK(relative_rms(grads.w1.value(), exact.grads.w1.value()) < 1.1 * w1_error);
-            CHECK(relative_rms(grads.w2.value(), exact.grads.w2.value()) < 1.1 * w2_error);
+            CHECK(relative_rms(grads.w1.value(), exact.grads.w1.value()) < 1.25 * w1_error);
+            CHECK(relative_rms(grads.w2.value(), exact.grads.w2.value()) < 1.25 * w2_error);
         }
     }
-    // Every product is an op of its own; fc1's input gradient is never needed (x is a constant).
-    for (const char* name : {"fc1.x", "fc1.w", "fc1.y", "fc1.grad_w", "fc2.x", "fc2.w", "fc2.y", "fc2.grad_x", "fc2.grad_w"}) {
+    // Every product is an op of its own; fc1's input gradient is never needed (x is a constant), and
+    // fc1's cotangent arrives in E5M2 already (fc2.grad_x), so it is not cast again.
+    for (const char* name :
+         {"fc1.x", "fc1.w", "fc1.y", "fc1.grad_w", "fc2.x", "fc2.w", "fc2.y", "fc2.g", "fc2.grad_x", "fc2.grad_w"}) {
         INFO(name);
         CHECK(ctx.record(name).uses == 6);
         CHECK(ctx.record(name).analysis_measurements == 3);
         CHECK(ctx.record(name).remeasurements == 3);  // conservative: every use after analysis
     }
     CHECK(ctx.record("fc1.grad_x").uses == 0);
+    CHECK(ctx.record("fc1.g").uses == 0);
     CHECK(ctx.warnings().empty());
     // The three multipliers of fc2 are measured separately: y ~ sqrt(16) (unit operands), the
     // gradients from their own products.
@@ -123,7 +127,7 @@ TEST_CASE("drift: multiplying the loss by 2^-10 midway warns at the ops whose sc
         autoscale::scaling_context<pow2_scale> ctx({.analysis_iters = 5});
         outcome out;
         ctx.set_warning_handler([&](const autoscale::warning& w) { out.warnings.push_back(w); });
-        autoscale::graph_linear<float8_e4m3fn, float8_e5m2, float, pow2_scale> fc1(ctx, "fc1"), fc2(ctx, "fc2");
+        autoscale::graph_linear<float8_e4m3fn, float8_e5m2, float, float8_e5m2, pow2_scale> fc1(ctx, "fc1"), fc2(ctx, "fc2");
         two_layers<farray> params = start;
         const auto sgd_step = [](farray& w, const ad::gradient<pow2_scale>& g) {
             w = farray(w.value() - 1e-3f * g.value(), 1.0f);
@@ -148,30 +152,86 @@ TEST_CASE("drift: multiplying the loss by 2^-10 midway warns at the ops whose sc
         return out;
     };
 
-    // Through the data: the loss gradient's data drop 2^10 where they enter fc2's backward products.
-    // fc2.grad_x and fc2.grad_w warn at step 31, and nothing else does: fc1.grad_w sees the drop in
-    // its input scale, its multiplier does not move (yet its values fell 2^10: a TE amax would move).
+    // Through the data: the loss gradient's data drop 2^10 where they enter the scaled graph, the cast
+    // of fc2's cotangent (fc2.g). It warns at step 31, and nothing else does: fc2.grad_x, fc2.grad_w
+    // and fc1.grad_w see the drop in their input scales, their multipliers do not move (yet fc1's
+    // weight gradient fell 2^10: a TransformerEngine amax history would move for every one of them).
     const outcome data = run(true);
-    REQUIRE(data.warnings.size() == 2);
-    CHECK(data.warnings[0].op == "fc2.grad_x");
-    CHECK(data.warnings[1].op == "fc2.grad_w");
-    for (const auto& w : data.warnings) {
-        CHECK(w.use == 31);
-        CHECK_THAT(w.log2_change(), WithinRel(-10.0, 0.05));
-        CHECK_FALSE(w.final_check);
+    REQUIRE(data.warnings.size() == 1);
+    CHECK(data.warnings[0].op == "fc2.g");
+    CHECK(data.warnings[0].use == 31);
+    CHECK_THAT(data.warnings[0].log2_change(), WithinRel(-10.0, 0.05));
+    CHECK_FALSE(data.warnings[0].final_check);
+    for (const char* name : {"fc2.grad_x", "fc2.grad_w", "fc1.grad_w"}) {
+        INFO(name);
+        CHECK(data.report.op(name).fallbacks == 0);
+        CHECK(data.report.op(name).remeasurements == 55 + 1);  // conservative, and the final check
     }
-    CHECK(data.report.op("fc1.grad_w").warnings == 0);
-    CHECK(data.report.op("fc1.grad_w").fallbacks == 0);
     CHECK(data.fc1_grad_w_amax[30] < data.fc1_grad_w_amax[29] * std::ldexp(1.0f, -9));
     for (const auto& op : data.report.ops) {
         INFO(op.name);
-        if (op.name == "fc2.grad_x" || op.name == "fc2.grad_w") CHECK(op.warnings == 1);
-        else CHECK(op.warnings == 0);
+        CHECK(op.warnings == (op.name == "fc2.g" ? 1u : 0u));
     }
-    CHECK_THAT(fmt::format("{}", data.report), Contains("2 warnings"));
+    CHECK_THAT(fmt::format("{}", data.report), Contains("1 warnings"));
 
     // Through the scale (a loss weight): no multiplier moves, no warning anywhere.
     const outcome scale = run(false);
     CHECK(scale.warnings.empty());
     CHECK(scale.fc1_grad_w_amax[30] < scale.fc1_grad_w_amax[29] * std::ldexp(1.0f, -9));
+}
+
+namespace {
+
+/// A model written once: plain ScaledArrays, vars of any strategy, autoscaled vars.
+template <class Params, class X>
+auto forward(const Params& p, const X& x)
+{
+    return matmul(relu(matmul(x, p.w1)), p.w2);
+}
+
+}  // namespace
+
+TEST_CASE("a model written once runs its matmuls under a context through the autoscaled strategy", "[autoscale][autodiff]")
+{
+    using S = autoscale::autoscaled<unit_scaling>;
+    autoscale::scaling_context<pow2_scale> ctx({.analysis_iters = 2}, autoscale::on_off(1.0 / 3, 1.0 / 4));
+    const farray x = gaussian({32, 16}, 1.0f, 9);
+    const farray target = gaussian({32, 4}, 1.0f, 10);
+    const two_layers<farray> params{gaussian({16, 8}, 0.25f, 11), gaussian({8, 4}, 0.35f, 12)};
+    const auto loss = [&](const auto& p) { return reduce_sum(forward(p, x) * target); };
+    const auto exact = ad::value_and_grad<unit_scaling>(loss, params);
+    for (int step = 1; step <= 10; ++step) {
+        const autoscale::graph_scope step_scope(ctx);
+        const auto [value, grads] = ad::value_and_grad<S>(loss, params);
+        CHECK(relative_rms(grads.w1.value(), exact.grads.w1.value()) < 0.25);
+        CHECK(relative_rms(grads.w2.value(), exact.grads.w2.value()) < 0.25);
+    }
+    // Two matmuls per step: layers matmul1 and matmul2, named in call order.
+    CHECK(ctx.record("matmul1.y").uses == 10);
+    CHECK(ctx.record("matmul2.grad_x").uses == 10);
+    CHECK(ctx.record("matmul2.g").uses == 10);
+    // on_off(1/3, 1/4) over the 10 ops used: 4 on (re-measured at uses 6 and 10), 6 frozen;
+    // matmul1.grad_x (x is a constant) and matmul1.g (its cotangent arrives in E5M2) never run.
+    const auto report = ctx.report();
+    CHECK(report.count(autoscale::op_phase::on) == 4);
+    CHECK(report.count(autoscale::op_phase::frozen) == 6);
+    CHECK(report.count(autoscale::op_phase::analysing) == 2);
+    CHECK(report.op("matmul1.g").uses == 0);
+    CHECK(report.remeasurements() == 8);
+
+    // Evaluation: inference uses are not counted and not measured.
+    {
+        const autoscale::graph_scope eval(ctx, /*inference*/ true);
+        using constant = ad::var<float, pow2_scale, S>;
+        const auto y = forward(two_layers<constant>{params.w1, params.w2}, constant(x)).value();
+        const xt::xarray<float> reference = forward(params, x).value();
+        CHECK(relative_rms(xt::xarray<float>(y.value()), reference) < 0.1);
+    }
+    CHECK_FALSE(ctx.inference());
+    CHECK(ctx.record("matmul1.y").uses == 10);
+    CHECK(ctx.report().remeasurements() == 8);
+
+    // Outside a scope an autoscaled matmul has no context.
+    using constant = ad::var<float, pow2_scale, S>;
+    CHECK_THROWS_WITH(matmul(constant(x), constant(params.w1)), Contains("outside an autoscale::graph_scope"));
 }

@@ -531,6 +531,10 @@ public:
     [[nodiscard]] ScaledArray<Out, Policy> apply(op_handle op, Compute&& compute)
     {
         op_record& r = m_ops[checked(op)];
+        if (m_inference) {
+            if (r.analysis_measurements == 0) return detail::saturating_cast<Out>(unrecorded_analysis(r, compute));
+            return held<Out>(r, compute).first;
+        }
         if (begin_use(r)) return detail::saturating_cast<Out>(analyse(r, compute));
         return low_precision<Out>(r, compute);
     }
@@ -539,11 +543,18 @@ public:
     [[nodiscard]] any_scaled_array<Policy> apply(op_handle op, dtype out, Compute&& compute)
     {
         op_record& r = m_ops[checked(op)];
-        if (begin_use(r)) return analyse(r, compute);
+        if (m_inference && r.analysis_measurements == 0) return unrecorded_analysis(r, compute);
+        if (!m_inference && begin_use(r)) return analyse(r, compute);
         return detail::with_dtype(out, [&](auto tag) -> any_scaled_array<Policy> {
+            if (m_inference) return held<decltype(tag)>(r, compute).first;
             return low_precision<decltype(tag)>(r, compute);
         });
     }
+
+    /// Inference (evaluation) uses: not counted, never measured, so they leave every schedule as it
+    /// is; an op runs with its multiplier, or in float32 if it never analysed. Off by default.
+    void set_inference(bool on) noexcept { m_inference = on; }
+    [[nodiscard]] bool inference() const noexcept { return m_inference; }
 
     // ---- checks and report ------------------------------------------------------------------
 
@@ -712,6 +723,30 @@ private:
         return normalise(op, std::move(raw), op.prop_scale);
     }
 
+    /// An inference use of an op that never analysed: float32, measured for this use only.
+    template <class Compute>
+    [[nodiscard]] ScaledArray<float, Policy> unrecorded_analysis(const op_record& op, Compute& compute)
+    {
+        ScaledArray<float, Policy> raw = call(compute, strategy_tag<natural_scaling>{});
+        const auto stat = detail::measure(raw.data(), m_config.norm, std::numeric_limits<double>::infinity());
+        return normalise(op, std::move(raw), detail::usable(stat.norm) ? stat.norm : 1.0);
+    }
+
+    /// The op in Out with the held multiplier, and its natural scale.
+    template <ScaledElement Out, class Compute>
+    [[nodiscard]] std::pair<ScaledArray<Out, Policy>, float> held(const op_record& op, Compute& compute)
+    {
+        detail::held_guard guard(op.prop_scale);
+        ScaledArray<float, Policy> r = call(compute, strategy_tag<held_scaling>{});
+        const float natural = detail::held().natural;
+        if (std::isnan(natural)) {
+            SCALIFY_THROW(config_error(fmt::format(
+                "autoscale op '{}': the compute callable did not run a scalify primitive with the strategy it was given",
+                op.name)));
+        }
+        return {detail::saturating_cast<Out>(std::move(r)), natural};
+    }
+
     /// A use after analysis: the op in Out with the held multiplier; measured when scheduled.
     template <ScaledElement Out, class Compute>
     [[nodiscard]] ScaledArray<Out, Policy> low_precision(op_record& op, Compute& compute)
@@ -720,21 +755,9 @@ private:
         const bool scheduled = op.phase == op_phase::on && op.period > 0 &&
                                (op.uses - m_config.analysis_iters) % op.period == 0;
         op.final_check_pending = false;
-        const double held = op.prop_scale;
-        float natural = 0.0f;
-        ScaledArray<Out, Policy> out;
-        {
-            detail::held_guard guard(held);
-            ScaledArray<float, Policy> r = call(compute, strategy_tag<held_scaling>{});
-            natural = detail::held().natural;
-            if (std::isnan(natural)) {
-                SCALIFY_THROW(config_error(fmt::format(
-                    "autoscale op '{}': the compute callable did not run a scalify primitive with the strategy it was given",
-                    op.name)));
-            }
-            out = detail::saturating_cast<Out>(std::move(r));
-        }
-        if (!(final_check || scheduled) || natural == 0.0f) return out;
+        const double held_scale = op.prop_scale;
+        auto [out, natural] = held<Out>(op, compute);
+        if (!(final_check || scheduled) || natural == 0.0f) return std::move(out);
 
         // The statistic of the low-precision result: its data should have norm 1.
         const auto stat = detail::measure(out.data(), m_config.norm, detail::saturation_bound<Out>());
@@ -757,19 +780,19 @@ private:
         ++op.remeasurements;
         const event kind = final_check ? event::final_check : event::remeasure;
         if (measured > 0.0) {
-            const double change = std::log2(measured / held);
+            const double change = std::log2(measured / held_scale);
             const bool warn = saturated || std::abs(change) > m_config.warn_log2;
             op.prop_scale = static_cast<float>(measured);
             op.history.push_back({op.uses, kind, op.prop_scale, warn});
             if (warn) {
                 ++op.warnings;
-                warning w{op.name, op.uses, static_cast<float>(held), op.prop_scale, op.phase == op_phase::frozen, final_check,
+                warning w{op.name, op.uses, static_cast<float>(held_scale), op.prop_scale, op.phase == op_phase::frozen, final_check,
                           saturated};
                 m_warnings.push_back(w);
                 if (m_handler) m_handler(m_warnings.back());
             }
         }
-        return out;
+        return std::move(out);
     }
 
     context_config m_config;
@@ -779,6 +802,7 @@ private:
     std::map<std::string, std::size_t, std::less<>> m_index;
     std::vector<warning> m_warnings;
     warning_handler m_handler;
+    bool m_inference = false;
 };
 
 // ---------------------------------------------------------------------------------------------

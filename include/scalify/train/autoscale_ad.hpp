@@ -4,11 +4,12 @@
 /// whose forward and backward products are separate AutoScale ops, each with its own propagation
 /// scale:
 ///
-///     <name>.x       cast of the input to F        y      = x8 @ w8    (scale x8.scale * w8.scale * prop_y)
-///     <name>.w       cast of the weight to F       grad_x = g @ w8^T   (scale g.scale * w8.scale * prop_grad_x)
-///     <name>.y       forward product               grad_w = x8^T @ g   (scale x8.scale * g.scale * prop_grad_w)
+///     <name>.x       cast of the input to F            y      = x8 @ w8    (scale x8.scale * w8.scale * prop_y)
+///     <name>.w       cast of the weight to F           grad_x = g8 @ w8^T  (scale g8.scale * w8.scale * prop_grad_x)
+///     <name>.y       forward product                   grad_w = x8^T @ g8  (scale x8.scale * g8.scale * prop_grad_w)
+///     <name>.g       cast of the cotangent to G
 ///     <name>.grad_x  input gradient, stored in G
-///     <name>.grad_w  weight gradient, stored in G
+///     <name>.grad_w  weight gradient, stored in W
 ///
 /// Because every multiplier sits on top of the scales its inputs carry, a drop of one gradient's
 /// scale (a loss weight that folds into the scale) moves no multiplier at all, and a drop that
@@ -21,7 +22,7 @@
 /// compile time. After analysis, everything runs in F / G with the held multipliers.
 ///
 ///     autoscale::scaling_context<pow2_scale> ctx({}, autoscale::on_off(1.0 / 3, 1.0 / 20));
-///     autoscale::graph_linear<float8_e4m3fn, float8_e5m2, float> fc1(ctx, "fc1");
+///     autoscale::graph_linear<float8_e4m3fn, float8_e5m2, float, float> fc1(ctx, "fc1");
 ///     auto [loss, grads] = ad::value_and_grad([&](const auto& p) {
 ///         return ad::softmax_cross_entropy(fc1(x, p.w1) + p.b1, labels);
 ///     }, params);
@@ -73,24 +74,29 @@ template <class S, class X>
 
 }  // namespace detail
 
-/// A scaled Linear for autodiff graphs: y = x @ w with the five ops above. F: the forward operand type,
-/// G: the gradients' type, Y: y's type (F by default; float keeps the product in float32 as most fp8
-/// recipes do). The layer holds no weight: it is a parameter of the graph.
-template <ScaledElement F = float8_e4m3fn, ScaledElement G = float8_e5m2, ScaledElement Y = F, ScalePolicy P = pow2_scale>
+/// A scaled Linear for autodiff graphs: y = x @ w with the six ops above. F: the forward operands'
+/// type; G: the type of the cotangent operand and of grad_x; Y: y's type (F by default; float keeps
+/// the product in float32, as fp8 recipes usually do); W: grad_w's type (G by default; float for
+/// float32 master weights). The layer holds no weight: it is a parameter of the graph.
+template <ScaledElement F = float8_e4m3fn, ScaledElement G = float8_e5m2, ScaledElement Y = F, ScaledElement W = G,
+          ScalePolicy P = pow2_scale>
 class graph_linear {
-    static_assert(RuntimeDtype<F>, "graph_linear: F must be float, Eigen::half, Eigen::bfloat16 or an fp8 type");
-    static_assert(ad::GradientElement<G> && ad::GradientElement<Y>, "graph_linear: G and Y must be gradient element types");
+    static_assert(RuntimeDtype<F> && RuntimeDtype<G>,
+                  "graph_linear: F and G must be float, Eigen::half, Eigen::bfloat16 or an fp8 type");
+    static_assert(ad::GradientElement<Y> && ad::GradientElement<W>, "graph_linear: Y and W must be gradient element types");
 
 public:
+    using policy = P;
+
     graph_linear(scaling_context<P>& context, std::string_view name)
         : m_context(&context), m_x(context.op(std::string(name) + ".x")), m_w(context.op(std::string(name) + ".w")),
-          m_y(context.op(std::string(name) + ".y")), m_grad_x(context.op(std::string(name) + ".grad_x")),
-          m_grad_w(context.op(std::string(name) + ".grad_w"))
+          m_y(context.op(std::string(name) + ".y")), m_g(context.op(std::string(name) + ".g")),
+          m_grad_x(context.op(std::string(name) + ".grad_x")), m_grad_w(context.op(std::string(name) + ".grad_w"))
     {
     }
 
     /// x (batch, in) @ w (in, out) recorded on x's / w's tape. shape_error unless both are 2-D and
-    /// their inner dimensions agree. grad_x is computed (and its op used) only when x needs a gradient.
+    /// their inner dimensions agree. A gradient (and its op) is computed only for an input that needs it.
     template <ScaledElement T, ScaledElement U, class S>
     [[nodiscard]] ad::var<Y, P, S> operator()(const ad::var<T, P, S>& x, const ad::var<U, P, S>& w)
     {
@@ -104,34 +110,21 @@ public:
             });
         });
         const bool need_x = x.requires_grad(), need_w = w.requires_grad();
-        return ad::custom_op<S>(
-            std::move(y), std::tuple{x, w},
-            [&ctx, grad_x = m_grad_x, grad_w = m_grad_w, need_x, need_w, x8 = std::move(x8), w8 = std::move(w8)](const auto& g) {
-                ScaledArray<G, P> gx, gw;
-                if (need_x) {
-                    const any_scaled_array<P> w8t = transposed(w8);
-                    gx = ctx.template apply<G>(grad_x, [&]<class St>(strategy_tag<St>) {
-                        return detail::visit_operand<F>(w8t, [&](const auto& wt) { return matmul<St, float>(g, wt); });
-                    });
-                }
-                if (need_w) {
-                    const any_scaled_array<P> x8t = transposed(x8);
-                    gw = ctx.template apply<G>(grad_w, [&]<class St>(strategy_tag<St>) {
-                        return detail::visit_operand<F>(x8t, [&](const auto& xa_t) { return matmul<St, float>(xa_t, g); });
-                    });
-                }
-                return std::tuple{std::move(gx), std::move(gw)};  // an input that needs no gradient ignores its entry
-            });
+        if (!need_x && !need_w) return ad::var<Y, P, S>(std::move(y));
+        return ad::custom_op<S>(std::move(y), std::tuple{x, w},
+                                [&ctx, ops = *this, need_x, need_w, x8 = std::move(x8), w8 = std::move(w8)](const auto& g) {
+                                    return ops.backward(ctx, g, x8, w8, need_x, need_w);
+                                });
     }
 
     /// A ScaledArray operand next to a var is a constant (no gradient flows into it).
-    template <class X, class W>
-        requires(detail::is_var_v<X> != detail::is_var_v<W>) && (detail::is_var_v<X> || AnyScaledArray<X>) &&
-                (detail::is_var_v<W> || AnyScaledArray<W>)
-    [[nodiscard]] auto operator()(const X& x, const W& w)
+    template <class X, class V>
+        requires(detail::is_var_v<X> != detail::is_var_v<V>) && (detail::is_var_v<X> || AnyScaledArray<X>) &&
+                (detail::is_var_v<V> || AnyScaledArray<V>)
+    [[nodiscard]] auto operator()(const X& x, const V& w)
     {
         using S = std::conditional_t<detail::is_var_v<X>, typename detail::var_strategy<X>::type,
-                                     typename detail::var_strategy<W>::type>;
+                                     typename detail::var_strategy<V>::type>;
         return (*this)(detail::as_var<S>(x), detail::as_var<S>(w));
     }
 
@@ -148,10 +141,45 @@ public:
     [[nodiscard]] op_handle input_op() const noexcept { return m_x; }
     [[nodiscard]] op_handle weight_op() const noexcept { return m_w; }
     [[nodiscard]] op_handle output_op() const noexcept { return m_y; }
+    [[nodiscard]] op_handle cotangent_op() const noexcept { return m_g; }
     [[nodiscard]] op_handle grad_x_op() const noexcept { return m_grad_x; }
     [[nodiscard]] op_handle grad_w_op() const noexcept { return m_grad_w; }
 
 private:
+    /// The backward products: the cotangent cast to G (op .g, skipped when it already is G), then
+    /// grad_x = g @ w8^T (op .grad_x, stored in G) and grad_w = x8^T @ g (op .grad_w, stored in W).
+    template <class Gin>
+    [[nodiscard]] std::tuple<ScaledArray<G, P>, ScaledArray<W, P>> backward(scaling_context<P>& ctx,
+                                                                            const ScaledArray<Gin, P>& g,
+                                                                            const any_scaled_array<P>& x8,
+                                                                            const any_scaled_array<P>& w8, bool need_x,
+                                                                            bool need_w) const
+    {
+        const any_scaled_array<P> g8 = [&]() -> any_scaled_array<P> {
+            if constexpr (std::same_as<Gin, G>) return g;
+            else return ctx.scale(m_g, g, dtype_of<G>);
+        }();
+        ScaledArray<G, P> gx;
+        ScaledArray<W, P> gw;
+        if (need_x) {
+            const any_scaled_array<P> w8t = transposed<F>(w8);
+            gx = ctx.template apply<G>(m_grad_x, [&]<class St>(strategy_tag<St>) {
+                return detail::visit_operand<G>(g8, [&](const auto& ga) {
+                    return detail::visit_operand<F>(w8t, [&](const auto& wt) { return matmul<St, float>(ga, wt); });
+                });
+            });
+        }
+        if (need_w) {
+            const any_scaled_array<P> x8t = transposed<F>(x8);
+            gw = ctx.template apply<W>(m_grad_w, [&]<class St>(strategy_tag<St>) {
+                return detail::visit_operand<F>(x8t, [&](const auto& xa_t) {
+                    return detail::visit_operand<G>(g8, [&](const auto& ga) { return matmul<St, float>(xa_t, ga); });
+                });
+            });
+        }
+        return {std::move(gx), std::move(gw)};  // an input that needs no gradient ignores its entry
+    }
+
     template <class A, class B>
     static void check_shapes(const A& x, const B& w)
     {
@@ -161,13 +189,112 @@ private:
                                                   shape_string(x.shape()), shape_string(w.shape()))));
         }
     }
+    template <ScaledElement E>
     [[nodiscard]] static any_scaled_array<P> transposed(const any_scaled_array<P>& a)
     {
-        return detail::visit_operand<F>(a, [](const auto& array) -> any_scaled_array<P> { return transpose(array); });
+        return detail::visit_operand<E>(a, [](const auto& array) -> any_scaled_array<P> { return transpose(array); });
     }
 
     scaling_context<P>* m_context;
-    op_handle m_x, m_w, m_y, m_grad_x, m_grad_w;
+    op_handle m_x, m_w, m_y, m_g, m_grad_x, m_grad_w;
 };
+
+// ---------------------------------------------------------------------------------------------
+// Running a model written once under a context
+
+/// A scaling strategy tag: vars of strategy autoscaled<Base, Layer> compute every op with Base's
+/// rules, except matmul, which (found by ADL) runs as a Layer (a graph_linear) of the graph_scope
+/// active on this thread. The model's code does not change:
+///
+///     using S = autoscale::autoscaled<unit_scaling>;
+///     autoscale::scaling_context<pow2_scale> ctx({}, autoscale::on_off(1.0 / 3, 1.0 / 20));
+///     for (...) {                                   // one scope per step: the matmuls are named
+///         autoscale::graph_scope step(ctx);         // "matmul1", "matmul2", ... in call order
+///         auto [loss, grads] = ad::value_and_grad<S>(model, params);
+///     }
+template <class Base = unit_scaling,
+          class Layer = graph_linear<float8_e4m3fn, float8_e5m2, float, float, pow2_scale>>
+struct autoscaled {
+    static_assert(ScalingStrategy<Base>, "autoscaled: Base must be a scalify::ScalingStrategy");
+    using base = Base;
+    using layer = Layer;
+    static constexpr bool needs_amax = Base::needs_amax;
+    template <ScalePolicy Policy, class Op>
+    [[nodiscard]] static float output_scale(Op, const scale_request& request)
+    {
+        return scaling_traits<Op, Base>::template output_scale<Policy>(request);
+    }
+};
+
+/// Binds a context to this thread for one step of a model whose vars use an autoscaled strategy; its
+/// matmuls become the layers "matmul1", "matmul2", ... in the order they run. Nests (the inner scope
+/// wins); `inference` sets the context's inference mode for the scope (evaluation passes).
+template <ScalePolicy P = pow2_scale>
+class graph_scope {
+public:
+    explicit graph_scope(scaling_context<P>& context, bool inference = false)
+        : m_context(&context), m_previous(current()), m_inference_before(context.inference())
+    {
+        context.set_inference(inference);
+        current() = this;
+    }
+    ~graph_scope()
+    {
+        m_context->set_inference(m_inference_before);
+        current() = m_previous;
+    }
+    graph_scope(const graph_scope&) = delete;
+    graph_scope& operator=(const graph_scope&) = delete;
+
+    /// The scope active on this thread, or nullptr.
+    [[nodiscard]] static graph_scope*& current() noexcept
+    {
+        thread_local graph_scope* scope = nullptr;
+        return scope;
+    }
+    [[nodiscard]] scaling_context<P>& context() const noexcept { return *m_context; }
+    /// The next matmul's layer name: "matmul1", "matmul2", ...
+    [[nodiscard]] std::string next_name() { return fmt::format("matmul{}", ++m_count); }
+
+private:
+    scaling_context<P>* m_context;
+    graph_scope* m_previous;
+    bool m_inference_before;
+    std::size_t m_count = 0;
+};
+
+namespace detail {
+
+template <class Layer, class X, class V>
+[[nodiscard]] auto scoped_matmul(const X& x, const V& w)
+{
+    using P = typename Layer::policy;
+    graph_scope<P>* scope = graph_scope<P>::current();
+    if (scope == nullptr) {
+        SCALIFY_THROW(config_error("autoscale: a matmul of autoscaled vars ran outside an autoscale::graph_scope (open "
+                                   "one per step around the model)"));
+    }
+    Layer layer(scope->context(), scope->next_name());
+    return layer(x, w);
+}
+
+}  // namespace detail
+
+/// matmul of vars under an autoscaled strategy (ADL): a Layer of the active graph_scope.
+template <class T, class U, class P, class Base, class Layer>
+[[nodiscard]] auto matmul(const ad::var<T, P, autoscaled<Base, Layer>>& x, const ad::var<U, P, autoscaled<Base, Layer>>& w)
+{
+    return detail::scoped_matmul<Layer>(x, w);
+}
+template <class T, class U, class P, class Base, class Layer>
+[[nodiscard]] auto matmul(const ScaledArray<T, P>& x, const ad::var<U, P, autoscaled<Base, Layer>>& w)
+{
+    return detail::scoped_matmul<Layer>(x, w);
+}
+template <class T, class U, class P, class Base, class Layer>
+[[nodiscard]] auto matmul(const ad::var<T, P, autoscaled<Base, Layer>>& x, const ScaledArray<U, P>& w)
+{
+    return detail::scoped_matmul<Layer>(x, w);
+}
 
 }  // namespace scalify::autoscale
