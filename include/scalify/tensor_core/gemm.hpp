@@ -118,55 +118,80 @@ struct lane_plan {
     static constexpr int wide_bias = std::same_as<wide, float> ? 127 : 1023;
     /// Clears the bits below the P-th significant bit of a normal `wide`: the cut toward zero.
     static constexpr wide_bits result_mask = ~((wide_bits{1} << (wide_mantissa + 1 - P)) - 1);
-    static constexpr lane max_shift = static_cast<lane>(sizeof(lane) * 8 - 1);
+    /// One aligned product: below 2^(F + 2) units, so 16 bits hold it when F <= 13 (QGMMA), and
+    /// 32 terms of 16 bits fill a vector twice as wide as 32-bit lanes would. Exponents and shift
+    /// counts then take 16 bits as well (they stay within +-2^14).
+    using term = std::conditional_t<(F + 2 <= 15 && std::same_as<lane, std::int32_t>), std::int16_t, lane>;
+    using term_magnitude = std::make_unsigned_t<term>;
+    using exponent = term;
+    static constexpr term max_shift = static_cast<term>(sizeof(term) * 8 - 1);
+    static constexpr lane max_c_shift = static_cast<lane>(sizeof(lane) * 8 - 1);
     /// Exponent of a zero operand: every sum with it lies below any real product's exponent.
-    static constexpr lane zero_exponent = -4096;
+    static constexpr int zero_exponent = -4096;
 };
 
 inline constexpr std::size_t lane_width = 32;
 
-/// A K x N matrix decoded once for the lanes: for each block of lane_width columns, K rows of
-/// signed significands (pre-shifted by product_shift) and nominal exponents. Columns past N and
-/// non-finite codes decode as zero; `special_column` marks the columns to redo in the reference.
-template <class Plan>
-struct lane_panel {
-    using lane = typename Plan::lane;
-    std::vector<lane> significand, exponent;
-    std::vector<unsigned char> special_column;
+/// An operand as the lanes read it: signed integer significand (B's pre-shifted by
+/// product_shift) and nominal exponent, both small enough for 16 bits where they can be, so that
+/// a K x 32 panel of B stays in cache. Zeros and non-finite codes read as significand 0 with
+/// exponent zero_exponent; `special` marks the non-finite ones.
+template <class Plan, EncodedFloat T, int Shift>
+struct lane_operand {
+    static constexpr std::int64_t largest = ((std::int64_t{1} << (format_of<T>::mantissa_bits + 1)) - 1) << Shift;
+    using significand_type = std::conditional_t<(largest < (1 << 15)), std::int16_t, std::int32_t>;
+    using exponent_type = std::int16_t;
+    significand_type significand;
+    exponent_type exponent;
+    bool special;
+
+    [[nodiscard]] static constexpr lane_operand decode(unsigned code) noexcept
+    {
+        const operand d = decompose_code<format_of<T>>(code);
+        if (d.what != operand::kind::finite) {
+            return {0, static_cast<exponent_type>(Plan::zero_exponent), d.what != operand::kind::zero};
+        }
+        const auto magnitude = static_cast<significand_type>(static_cast<std::int32_t>(d.significand) << Shift);
+        return {static_cast<significand_type>(d.negative ? -magnitude : magnitude), static_cast<exponent_type>(d.exponent),
+                false};
+    }
 };
 
-template <class Plan, class T>
-void decode_operand(const T& x, typename Plan::lane& significand, typename Plan::lane& exponent, bool& special,
-                    int shift)
+/// Every code of an 8-bit format decoded at compile time.
+template <class Operand, EncodedFloat T>
+inline constexpr auto lane_table = [] {
+    std::array<Operand, 256> table{};
+    for (unsigned code = 0; code < table.size(); ++code) table[code] = Operand::decode(code);
+    return table;
+}();
+
+template <class Operand, EncodedFloat T>
+[[nodiscard]] Operand lane_decode(const T& x) noexcept
 {
-    const operand d = decompose(x);
-    if (d.what == operand::kind::finite) {
-        const auto s = static_cast<typename Plan::lane>(d.significand) << shift;
-        significand = d.negative ? -s : s;
-        exponent = static_cast<typename Plan::lane>(d.exponent);
-    } else {
-        significand = 0;
-        exponent = Plan::zero_exponent;
-        special = special || d.what != operand::kind::zero;
-    }
+    if constexpr (format_of<T>::total_bits <= 8) return lane_table<Operand, T>[code_of(x)];
+    else return Operand::decode(code_of(x));
 }
 
 /// One row of A against one block of columns: the whole chain along K, lane by lane.
-template <GemmModel Model, class Plan>
-void lane_chain(const typename Plan::lane* a_sig, const typename Plan::lane* a_exp, const typename Plan::lane* b_sig,
-                const typename Plan::lane* b_exp, std::size_t k, float* out, std::size_t columns)
+template <GemmModel Model, class Plan, class SA, class SB, class E>
+void lane_chain(const SA* a_sig, const E* a_exp, const SB* b_sig, const E* b_exp, std::size_t k, float* out,
+                std::size_t columns)
 {
     using lane = typename Plan::lane;
     using wide = typename Plan::wide;
     using wide_bits = typename Plan::wide_bits;
+    using term_magnitude = typename Plan::term_magnitude;
     constexpr std::size_t W = lane_width;
     constexpr std::size_t step = Model::instruction::k;
     constexpr std::size_t interval = Model::promotion_interval;
     constexpr int F = Plan::F;
 
+    using term = typename Plan::term;
+    using exponent = typename Plan::exponent;
     alignas(64) std::array<float, W> c{};
     alignas(64) std::array<float, W> total{};
-    alignas(64) std::array<lane, W> emax{}, sum{}, c_sig{}, c_exp{};
+    alignas(64) std::array<lane, W> sum{}, c_sig{}, c_exp{};
+    alignas(64) std::array<exponent, W> emax{};
     std::size_t in_group = 0;
     for (std::size_t s = 0; s < k; s += step) {
         const std::size_t end = std::min(s + step, k);
@@ -176,30 +201,31 @@ void lane_chain(const typename Plan::lane* a_sig, const typename Plan::lane* a_e
             const bool zero = (bits & 0x7fffffffu) == 0;
             const auto magnitude = static_cast<lane>((bits & 0x7fffffu) | 0x800000u);
             c_sig[j] = zero ? lane{0} : ((bits >> 31) != 0 ? -magnitude : magnitude);
-            c_exp[j] = zero ? Plan::zero_exponent : static_cast<lane>(static_cast<int>((bits >> 23) & 0xffu) - 127);
-            emax[j] = c_exp[j];
+            c_exp[j] = zero ? lane{Plan::zero_exponent} : static_cast<lane>(static_cast<int>((bits >> 23) & 0xffu) - 127);
+            emax[j] = static_cast<exponent>(c_exp[j]);
         }
         for (std::size_t kk = s; kk < end; ++kk) {
-            const lane ea = a_exp[kk];
-            const lane* eb = b_exp + kk * W;
-            for (std::size_t j = 0; j < W; ++j) emax[j] = std::max(emax[j], static_cast<lane>(ea + eb[j]));
+            const exponent ea = a_exp[kk];
+            const E* eb = b_exp + kk * W;
+            for (std::size_t j = 0; j < W; ++j) emax[j] = std::max(emax[j], static_cast<exponent>(ea + eb[j]));
         }
         // Cut toward zero: shift the magnitude, then restore the sign.
         for (std::size_t j = 0; j < W; ++j) {
-            const lane shift = std::min(static_cast<lane>(emax[j] - c_exp[j] + Plan::c_right), Plan::max_shift);
+            const lane shift = std::min(static_cast<lane>(emax[j] - c_exp[j] + Plan::c_right), Plan::max_c_shift);
             const lane magnitude = (std::abs(c_sig[j]) << Plan::c_left) >> shift;
             sum[j] = c_sig[j] < 0 ? -magnitude : magnitude;
         }
         for (std::size_t kk = s; kk < end; ++kk) {
-            const lane ea = a_exp[kk];
-            const lane sa = a_sig[kk];
-            const lane* eb = b_exp + kk * W;
-            const lane* sb = b_sig + kk * W;
+            const exponent ea = a_exp[kk];
+            const term sa = static_cast<term>(a_sig[kk]);
+            const E* eb = b_exp + kk * W;
+            const SB* sb = b_sig + kk * W;
             for (std::size_t j = 0; j < W; ++j) {
-                const lane shift = std::min(static_cast<lane>(emax[j] - ea - eb[j]), Plan::max_shift);
-                const lane product = sa * sb[j];
-                const lane magnitude = std::abs(product) >> shift;
-                sum[j] += product < 0 ? -magnitude : magnitude;
+                const auto shift = std::min(static_cast<exponent>(emax[j] - ea - eb[j]), Plan::max_shift);
+                const auto product = static_cast<term>(sa * static_cast<term>(sb[j]));
+                const auto magnitude = static_cast<term_magnitude>(
+                    static_cast<term_magnitude>(product < 0 ? -product : product) >> shift);
+                sum[j] += product < 0 ? -static_cast<lane>(magnitude) : static_cast<lane>(magnitude);
             }
         }
         // Normalise: the exact sum converts exactly to `wide`; masking its significand cuts it
@@ -207,7 +233,7 @@ void lane_chain(const typename Plan::lane* a_sig, const typename Plan::lane* a_e
         for (std::size_t j = 0; j < W; ++j) {
             const wide exact = static_cast<wide>(sum[j]);
             const wide cut = std::bit_cast<wide>(static_cast<wide_bits>(std::bit_cast<wide_bits>(exact) & Plan::result_mask));
-            const lane e = std::max(emax[j], static_cast<lane>(F - 126));  // all-zero lanes: any scale
+            const lane e = std::max(static_cast<lane>(emax[j]), static_cast<lane>(F - 126));  // all-zero lanes: any scale
             const auto scale = std::bit_cast<wide>(static_cast<wide_bits>(static_cast<wide_bits>(e - F + Plan::wide_bias)
                                                                           << Plan::wide_mantissa));
             c[j] = static_cast<float>(cut * scale);
@@ -233,33 +259,57 @@ template <GemmModel Model, class TA, class TB>
 void gemm_lanes(const TA* a, const TB* b, std::size_t m, std::size_t k, std::size_t n, float* out)
 {
     using Plan = lane_plan<typename Model::instruction, TA, TB>;
-    using lane = typename Plan::lane;
+    using operand_a = lane_operand<Plan, TA, 0>;
+    using operand_b = lane_operand<Plan, TB, Plan::product_shift>;
+    using exponent_type = typename operand_a::exponent_type;
     constexpr std::size_t W = lane_width;
     const std::size_t blocks = (n + W - 1) / W;
 
-    std::vector<lane> a_sig(m * k), a_exp(m * k);
-    std::vector<unsigned char> special_row(m, 0);
-    for (std::size_t i = 0; i < m; ++i) {
-        bool special = false;
-        for (std::size_t p = 0; p < k; ++p) decode_operand<Plan>(a[i * k + p], a_sig[i * k + p], a_exp[i * k + p], special, 0);
-        special_row[i] = special;
+    // Decoded panels in per-thread buffers that only grow: fresh pages cost more than the decode.
+    thread_local std::vector<typename operand_a::significand_type> a_sig;
+    thread_local std::vector<typename operand_b::significand_type> b_sig;
+    thread_local std::vector<exponent_type> a_exp, b_exp;
+    thread_local std::vector<unsigned char> special_row, special_column;
+    a_sig.resize(m * k);
+    a_exp.resize(m * k);
+    special_row.assign(m, 0);
+    for (std::size_t i = 0; i < m * k; ++i) {
+        const auto x = lane_decode<operand_a>(a[i]);
+        a_sig[i] = x.significand;
+        a_exp[i] = x.exponent;
+        special_row[i / k] |= x.special ? 1 : 0;
     }
-    std::vector<lane> b_sig(blocks * k * W, 0), b_exp(blocks * k * W, Plan::zero_exponent);
-    std::vector<unsigned char> special_column(n, 0);
-    for (std::size_t p = 0; p < k; ++p) {
-        for (std::size_t j = 0; j < n; ++j) {
-            bool special = false;
-            const std::size_t at = ((j / W) * k + p) * W + j % W;
-            decode_operand<Plan>(b[p * n + j], b_sig[at], b_exp[at], special, Plan::product_shift);
-            special_column[j] |= special;
+    // B in blocks of W columns, each block K rows of W; columns past N read as zeros.
+    b_sig.resize(blocks * k * W);
+    b_exp.resize(blocks * k * W);
+    special_column.assign(n, 0);
+    for (std::size_t block = 0; block < blocks; ++block) {
+        const std::size_t j0 = block * W, width = std::min(W, n - j0);
+        for (std::size_t p = 0; p < k; ++p) {
+            const std::size_t at = (block * k + p) * W;
+            for (std::size_t j = 0; j < width; ++j) {
+                const auto x = lane_decode<operand_b>(b[p * n + j0 + j]);
+                b_sig[at + j] = x.significand;
+                b_exp[at + j] = x.exponent;
+                special_column[j0 + j] |= x.special ? 1 : 0;
+            }
+            for (std::size_t j = width; j < W; ++j) {
+                b_sig[at + j] = 0;
+                b_exp[at + j] = static_cast<exponent_type>(Plan::zero_exponent);
+            }
         }
     }
 
-    parallel_for(blocks * m, [&](std::size_t task) {
+    // Pointers, not the thread_local names: inside the loop those would be each worker's own.
+    const auto* as = a_sig.data();
+    const auto* ae = a_exp.data();
+    const auto* bs = b_sig.data();
+    const auto* be = b_exp.data();
+    parallel_for(blocks * m, [=](std::size_t task) {
         const std::size_t block = task / m, i = task % m;
         const std::size_t j0 = block * W;
-        lane_chain<Model, Plan>(a_sig.data() + i * k, a_exp.data() + i * k, b_sig.data() + block * k * W,
-                                b_exp.data() + block * k * W, k, out + i * n + j0, std::min(W, n - j0));
+        lane_chain<Model, Plan>(as + i * k, ae + i * k, bs + block * k * W, be + block * k * W, k, out + i * n + j0,
+                                std::min(W, n - j0));
     });
 
     // NaN and inf codes: the outputs they reach, again through the reference engine.
