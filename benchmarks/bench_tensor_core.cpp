@@ -1,0 +1,121 @@
+// Tensor-core models side by side with Eigen's float GEMM on the same shape, in one run:
+//   gemm<h100_cublaslt_fp8> / <h100_cublaslt_fp8_fast> on 256 x 1024 x 256 e4m3fn codes vs Eigen
+//   sgemm on float copies of the same values (the target: within 10x of the peer);
+//   the HMMA chain on f16; scaled fp8 matmul with exact vs H100 accumulation at 512^3.
+// Both sides use the same threads: OpenMP where the build found it (OMP_NUM_THREADS sets the
+// count for Eigen and scalify alike), else one. docs/benchmarks.md has the figures:
+//   OMP_NUM_THREADS=1 build/benchmarks/bench_tensor_core --benchmark_min_time=1
+#include <scalify/scalify.hpp>
+
+#include <benchmark/benchmark.h>
+
+#include <random>
+
+using namespace scalify;
+namespace tc = scalify::tensor_core;
+
+namespace {
+
+constexpr std::size_t m = 256, k = 1024, n = 256;
+
+template <class T>
+xt::xarray<T> random_codes(std::size_t rows, std::size_t cols, unsigned seed)
+{
+    std::mt19937 rng(seed);
+    std::normal_distribution<float> normal(0.0f, 16.0f);  // well inside e4m3fn (448): no NaN codes
+    auto x = xt::xarray<T>::from_shape({rows, cols});
+    for (auto& e : x) e = T(normal(rng));
+    return x;
+}
+
+template <class T>
+xt::xarray<float> as_float(const xt::xarray<T>& x)
+{
+    auto out = xt::xarray<float>::from_shape(x.shape());
+    for (std::size_t i = 0; i < x.size(); ++i) out.data()[i] = static_cast<float>(x.data()[i]);
+    return out;
+}
+
+using row_major = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+
+constexpr auto flops = static_cast<std::int64_t>(2 * m * k * n);
+
+/// The peer: Eigen's float GEMM on float copies of the same fp8 values, a new result per call as
+/// gemm returns a new array.
+void gemm_peer(benchmark::State& state)
+{
+    const auto a = as_float(random_codes<float8_e4m3fn>(m, k, 1));
+    const auto b = as_float(random_codes<float8_e4m3fn>(k, n, 2));
+    const Eigen::Map<const row_major> ma(a.data(), m, k), mb(b.data(), k, n);
+    for (auto _ : state) {
+        row_major c = ma * mb;
+        benchmark::DoNotOptimize(c.data());
+    }
+    state.SetItemsProcessed(state.iterations() * flops);
+}
+BENCHMARK(gemm_peer)->Name("gemm_256x1024x256_peer_eigen_sgemm")->Unit(benchmark::kMillisecond);
+
+template <class Model, class T>
+void gemm_model(benchmark::State& state)
+{
+    const auto a = random_codes<T>(m, k, 1);
+    const auto b = random_codes<T>(k, n, 2);
+    for (auto _ : state) {
+        auto c = tc::gemm<Model>(a, b);
+        benchmark::DoNotOptimize(c.data());
+    }
+    state.SetItemsProcessed(state.iterations() * flops);
+}
+BENCHMARK(gemm_model<tc::h100_cublaslt_fp8, float8_e4m3fn>)
+    ->Name("gemm_256x1024x256_e4m3fn_h100_cublaslt_fp8")
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK(gemm_model<tc::h100_cublaslt_fp8_fast, float8_e4m3fn>)
+    ->Name("gemm_256x1024x256_e4m3fn_h100_cublaslt_fp8_fast")
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK(gemm_model<tc::h100_cublaslt_fp8, float8_e5m2>)
+    ->Name("gemm_256x1024x256_e5m2_h100_cublaslt_fp8")
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK(gemm_model<tc::h100_hmma_chain, Eigen::half>)
+    ->Name("gemm_256x1024x256_f16_h100_hmma_chain")
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK(gemm_model<tc::h100_hmma_chain, Eigen::bfloat16>)
+    ->Name("gemm_256x1024x256_bf16_h100_hmma_chain_reference_engine")
+    ->Unit(benchmark::kMillisecond);
+
+/// One instruction, one output: the reference engine (what dot<> runs).
+void dot_qgmma(benchmark::State& state)
+{
+    const auto a = random_codes<float8_e4m3fn>(1, 32, 3);
+    const auto b = random_codes<float8_e4m3fn>(1, 32, 4);
+    float c = 1.0f;
+    for (auto _ : state) {
+        c = tc::dot<tc::h100_qgmma>(std::span<const float8_e4m3fn>(a.data(), 32), std::span<const float8_e4m3fn>(b.data(), 32),
+                                    c * 0x1p-10f);
+        benchmark::DoNotOptimize(c);
+    }
+    state.SetItemsProcessed(state.iterations() * 32);
+}
+BENCHMARK(dot_qgmma)->Name("dot_h100_qgmma_k32_reference_engine")->Unit(benchmark::kNanosecond);
+
+/// Scaled matmul 512^3, fp8 x fp8, float result: the default exact path and the H100 models.
+template <class Model>
+void scaled_matmul(benchmark::State& state)
+{
+    constexpr std::size_t dim = 512;
+    const auto a = make_scaled_array<pow2_scale>(random_codes<float8_e4m3fn>(dim, dim, 5), 0.5f);
+    const auto b = make_scaled_array<pow2_scale>(random_codes<float8_e4m3fn>(dim, dim, 6), 0.25f);
+    for (auto _ : state) {
+        auto c = matmul<default_scaling, float>(a, b, Model{});
+        benchmark::DoNotOptimize(c.data().data());
+    }
+    state.SetItemsProcessed(state.iterations() * 2 * dim * dim * dim);
+}
+BENCHMARK(scaled_matmul<tc::exact_accumulation>)->Name("matmul_e4m3fn_512_accumulate_exact")->Unit(benchmark::kMillisecond);
+BENCHMARK(scaled_matmul<tc::h100_cublaslt_fp8>)->Name("matmul_e4m3fn_512_accumulate_h100")->Unit(benchmark::kMillisecond);
+BENCHMARK(scaled_matmul<tc::h100_cublaslt_fp8_fast>)
+    ->Name("matmul_e4m3fn_512_accumulate_h100_fast")
+    ->Unit(benchmark::kMillisecond);
+
+}  // namespace
+
+BENCHMARK_MAIN();
