@@ -20,6 +20,7 @@
 #include <concepts>
 #include <cstddef>
 #include <fmt/format.h>
+#include <limits>
 #include <string>
 #include <type_traits>
 
@@ -82,7 +83,7 @@ struct pow2_scale {
     static constexpr bool power_of_two = true;
     static constexpr const char* name = "pow2_scale";
     /// A scale computed by a rule (e.g. sqrt(K)), rounded to the nearest power of two in log2
-    /// (ties up: sqrt(2) -> 2). The remainder folds into the data.
+    /// (ties up: sqrt(2) -> 2, see pow2_round_nearest). The remainder folds into the data.
     [[nodiscard]] static float from_rule(float scale) noexcept;
 };
 
@@ -121,12 +122,18 @@ using common_policy_t = std::conditional_t<A::power_of_two && B::power_of_two, p
     return down == s ? s : 2.0f * down;
 }
 
-/// Power of two nearest to s in log2 (ties up), for finite s > 0.
+/// Power of two nearest to s in log2, ties up, for finite s > 0: s / down lies in [1, 2) and the
+/// log midpoint is sqrt(2) * down, which no float holds; the float nearest to it (1.41421354f *
+/// down, just below; among subnormals, the nearest subnormal) counts as the tie, so a rule's
+/// sqrt(2) (as sqrt(sa^2 + sb^2) for equal scales, or 2 * sqrt(2) for K = 8) rounds up, as
+/// documented. Above 2^127 the answer is 2^127 (2^128 is not a float).
 [[nodiscard]] inline float pow2_round_nearest(float s) noexcept
 {
+    constexpr float sqrt2 = 1.41421356237309504880f;
     const float down = pow2_round_down(s);
-    // s / down is in [1, 2): the log midpoint is sqrt(2).
-    return static_cast<double>(s) >= static_cast<double>(down) * 1.4142135623730951 ? 2.0f * down : down;
+    if (s == down) return s;
+    const float tie = down * sqrt2;  // rounded like any float result: the float nearest sqrt(2) * down
+    return s >= tie && down < std::numeric_limits<float>::max() / 2.0f ? 2.0f * down : down;
 }
 
 inline float pow2_scale::from_rule(float scale) noexcept
