@@ -7,8 +7,13 @@
 //   fp8-current   per-tensor current scaling (amax) at every cast, TransformerEngine style
 //   fp8-unscaled  the same casts at scale 1: plain fp8
 //
-//   fashion_mnist --mode M --epochs N --loss-weight W --seed S [--train-limit N] [--data DIR]
-//                 [--min-accuracy A] [--max-accuracy A]
+//   fashion_mnist --mode M --epochs N --loss-weight W --seed S [--accumulate exact|h100|h100-fast]
+//                 [--train-limit N] [--data DIR] [--min-accuracy A] [--max-accuracy A]
+//
+// --accumulate picks how the fp8 matmuls (forward and backward) accumulate: exact float32
+// (default), or the H100's tensor cores as cuBLASLt runs them (h100: partial sums promoted to
+// float32 every 128 products; h100-fast: one fp8 accumulation chain, use_fast_accum=True); see
+// docs/tensor_core.md.
 //
 // --loss-weight W multiplies the loss by W and divides the learning rate by W: the same training
 // in exact arithmetic, and a classic underflow stress for narrow gradient formats (W may be
@@ -31,6 +36,7 @@ struct options {
     double loss_weight = 1.0;
     std::string loss_weight_text = "1";
     unsigned seed = 0;
+    std::string accumulate = "exact";
     std::size_t train_limit = 60000;
     std::string data = default_data_dir;
     double min_accuracy = 0.0;
@@ -74,6 +80,7 @@ int train(const options& opt, const mode& m)
     const dataset test_set = load(opt.data, "t10k", 10000);
     mlp<array> params = initial_parameters(opt.seed, m.unit_scaled);
     const ad::matmul_precision_scope recipe(m.forward, m.gradient, m.scaling);
+    const tensor_core::accumulation_scope<> accumulation(opt.accumulate);
     constexpr std::size_t batch = 128;
     const ad::sgd optimizer(0.1 / opt.loss_weight);
     std::mt19937 shuffle_rng(opt.seed + 1);
@@ -107,7 +114,8 @@ int train(const options& opt, const mode& m)
         fmt::print("epoch {:2}  train_loss={:.4f}  test_acc={:.4f}  epoch_seconds={:.2f}\n", epoch,
                    loss_sum / static_cast<double>(steps), test_acc, total_seconds / epoch);
     }
-    fmt::print("summary mode={} loss_weight={} epochs={} test_acc={:.4f}\n", opt.mode, opt.loss_weight_text, opt.epochs, test_acc);
+    fmt::print("summary mode={} loss_weight={} epochs={} test_acc={:.4f}{}\n", opt.mode, opt.loss_weight_text, opt.epochs,
+               test_acc, opt.accumulate == "exact" ? "" : " accumulate=" + opt.accumulate);
     if (test_acc < opt.min_accuracy) {
         fmt::print("test accuracy {:.4f} is below the required {:.4f}\n", test_acc, opt.min_accuracy);
         return 1;
@@ -141,6 +149,7 @@ int main(int argc, char** argv)
                 opt.loss_weight = parse_weight(value);
                 opt.loss_weight_text = value;
             } else if (flag == "--seed") opt.seed = static_cast<unsigned>(std::stoul(value));
+            else if (flag == "--accumulate") opt.accumulate = value;
             else if (flag == "--train-limit") opt.train_limit = std::stoul(value);
             else if (flag == "--data") opt.data = value;
             else if (flag == "--min-accuracy") opt.min_accuracy = std::stod(value);
