@@ -104,6 +104,67 @@ TEST_CASE("unary backward rules match finite differences", "[backward]")
     check_gradient("reduce_sum", [](const array& v) { return reduce_sum(v, {1}); }, x, rs, reduce_sum_vjp(rs, x.shape(), {1}));
     const auto y = softmax(x, 1);
     check_gradient("softmax", [](const array& v) { return softmax(v, 1); }, x, r, softmax_vjp(r, y, 1));
+    check_gradient("tanh", [](const array& v) { return tanh(v); }, x, r, tanh_vjp(r, x));
+    check_gradient("reduce_mean", [](const array& v) { return reduce_mean(v, {1}); }, x, rs, reduce_mean_vjp(rs, x.shape(), {1}));
+    const auto ly = log_softmax(x, 1);
+    check_gradient("log_softmax", [](const array& v) { return log_softmax(v, 1); }, x, r, log_softmax_vjp(r, ly, 1));
+    const auto column = softmax(x, 0);
+    check_gradient("softmax along axis 0", [](const array& v) { return softmax(v, 0); }, x, r, softmax_vjp(r, column, 0));
+}
+
+TEST_CASE("unit_scaling's backward rules give the same gradients (only the scales differ)", "[backward][unit_scaling]")
+{
+    using unit = unit_scaling;
+    std::mt19937 rng(4);
+    const auto x = random_array(rng, {2, 5}, 0.5f, -2, 2, true);
+    const auto positive = random_array(rng, {2, 5}, 2.0f, 0.3, 2.0);
+    const auto r = random_array(rng, {2, 5}, 1.5f);
+    check_gradient("relu", [](const array& v) { return relu(v); }, x, r, relu_vjp<unit>(r, x));
+    check_gradient("gelu", [](const array& v) { return gelu(v); }, x, r, gelu_vjp<unit>(r, x));
+    check_gradient("tanh", [](const array& v) { return tanh(v); }, x, r, tanh_vjp<unit>(r, x));
+    check_gradient("abs", [](const array& v) { return abs(v); }, x, r, abs_vjp<unit>(r, x));
+    check_gradient("exp", [](const array& v) { return exp(v); }, x, r, exp_vjp<unit>(r, exp<unit>(x)));
+    check_gradient("log", [](const array& v) { return log(v); }, positive, r, log_vjp<unit>(r, positive));
+    check_gradient("sqrt", [](const array& v) { return sqrt(v); }, positive, r, sqrt_vjp<unit>(r, sqrt<unit>(positive)));
+    check_gradient("softmax", [](const array& v) { return softmax(v, 1); }, x, r, softmax_vjp<unit>(r, softmax<unit>(x, 1), 1));
+    check_gradient("log_softmax", [](const array& v) { return log_softmax(v, 1); }, x, r,
+                   log_softmax_vjp<unit>(r, log_softmax<unit>(x, 1), 1));
+    const auto rs = random_array(rng, {2}, 1.0f);
+    check_gradient("reduce_mean", [](const array& v) { return reduce_mean(v, {1}); }, x, rs, reduce_mean_vjp<unit>(rs, x.shape(), {1}));
+
+    const auto d = random_array(rng, {5}, 3.0f, -2, 2, true);
+    const auto c = random_array(rng, {1}, 0.25f, -2, 2, true);
+    const auto mul_g = mul_vjp<unit>(r, x, d);
+    check_gradient("mul a", [&](const array& v) { return mul(v, d); }, x, r, mul_g.first);
+    check_gradient("mul b (broadcast)", [&](const array& v) { return mul(x, v); }, d, r, mul_g.second);
+    const auto mul_c = mul_vjp<unit>(r, x, c);
+    check_gradient("mul by one element", [&](const array& v) { return mul(x, v); }, c, r, mul_c.second);
+    const auto add_g = add_vjp<unit>(r, x.shape(), d.shape());
+    check_gradient("add b (broadcast)", [&](const array& v) { return add(x, v); }, d, r, add_g.second);
+    const auto sub_g = sub_vjp<unit>(r, x.shape(), c.shape());
+    check_gradient("sub one element", [&](const array& v) { return sub(x, v); }, c, r, sub_g.second);
+
+    // concatenate: the cotangent's pieces, whatever the parts' scales.
+    const auto p1 = random_array(rng, {2, 2}, 4.0f), p2 = random_array(rng, {2, 3}, 0.125f);
+    const auto rc = random_array(rng, {2, 5}, 1.0f);
+    const auto pieces = concatenate_vjp(rc, {2, 3}, 1);
+    check_gradient("concatenate first", [&](const array& v) { return concatenate<unit>({v, p2}, 1); }, p1, rc, pieces[0]);
+    check_gradient("concatenate second", [&](const array& v) { return concatenate<unit>({p1, v}, 1); }, p2, rc, pieces[1]);
+
+    // Cross-entropy: the same loss and gradient under both strategies, int32 labels.
+    const auto logits = random_array(rng, {4, 3}, 2.0f);
+    const std::vector<std::int32_t> labels{0, 2, 1, 2};
+    const auto ce = softmax_cross_entropy<unit>(logits, labels);
+    const xt::xarray<float> g = ce.grad.value();
+    const double h = 1e-6;
+    for (std::size_t i = 0; i < logits.size(); ++i) {
+        xt::xarray<double> plus = logits.value(), minus = logits.value();
+        plus.data()[i] += h;
+        minus.data()[i] -= h;
+        const double numeric = (softmax_cross_entropy(array(plus, 1.0f), labels).loss -
+                                softmax_cross_entropy(array(minus, 1.0f), labels).loss) / (2 * h);
+        CHECK(std::abs(g.data()[i] - numeric) <= 1e-6);
+    }
 }
 
 TEST_CASE("softmax cross-entropy: value and gradient", "[backward]")

@@ -1,7 +1,7 @@
 #pragma once
 /// \file elementwise.hpp
 /// Element-wise scaled primitives: add, sub, mul, div, maximum, minimum, where (numpy
-/// broadcasting), neg, abs, relu, gelu, exp, log, sqrt, and the scale-only ops
+/// broadcasting), neg, abs, relu, gelu, tanh, exp, log, sqrt, and the scale-only ops
 /// rebalance_scale and cast. Each computes in compute_t (float, or double for double data) and
 /// stores once; docs/ops.md gives every scale rule.
 ///
@@ -12,6 +12,7 @@
 #include <scalify/numeric/convert.hpp>
 #include <scalify/ops/result.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <span>
@@ -51,6 +52,8 @@ template <class Op, class Strategy, class Out, class A, class PA, class B, class
     request.input_scales[0] = a.scale();
     request.input_scales[1] = b.scale();
     request.input_count = 2;
+    request.single_values[0] = single_magnitude(a);
+    request.single_values[1] = single_magnitude(b);
     if (ca.low == C(1) && cb.low == C(1)) {
         // The usual case, one multiplication per operand: a loop of its own so it stays lean.
         const C ka_single = ca.high, kb_single = cb.high;
@@ -123,14 +126,39 @@ template <class Strategy = default_scaling, class Out = void, class A, class PA,
                                                                     [](auto x, auto y) { return detail::nan_min(x, y); });
 }
 
-/// a * b. Natural scale sa * sb; the data multiply as they are.
-template <class Strategy = default_scaling, class Out = void, class A, class PA, class B, class PB>
-[[nodiscard]] auto mul(const ScaledArray<A, PA>& a, const ScaledArray<B, PB>& b)
+namespace detail {
+
+/// a * b under the rule of Op (ops::mul, or a gradient that is a product).
+template <class Op, class Strategy, class Out, class A, class PA, class B, class PB>
+[[nodiscard]] auto multiply(const char* op, const ScaledArray<A, PA>& a, const ScaledArray<B, PB>& b)
 {
     scale_request request;
     request.natural = static_cast<float>(double(a.scale()) * b.scale());
     const float ka = a.scale() == 0.0f ? 0.0f : 1.0f, kb = b.scale() == 0.0f ? 0.0f : 1.0f;
-    return detail::binary<ops::mul, Strategy, Out>("mul", a, b, ka, kb, request, [](auto x, auto y) { return x * y; });
+    return binary<Op, Strategy, Out>(op, a, b, ka, kb, request, [](auto x, auto y) { return x * y; });
+}
+
+/// a / b under the rule of Op (ops::div, or a gradient that is a quotient).
+template <class Op, class Strategy, class Out, class A, class PA, class B, class PB>
+[[nodiscard]] auto divide(const char* op, const ScaledArray<A, PA>& a, const ScaledArray<B, PB>& b)
+{
+    scale_request request;
+    if (b.scale() == 0.0f) {
+        request.natural = 1.0f;
+        return binary<Op, Strategy, Out>(op, a, b, a.scale(), 0.0f, request, [](auto x, auto y) { return x / y; });
+    }
+    request.natural = static_cast<float>(double(a.scale()) / b.scale());
+    const float ka = a.scale() == 0.0f ? 0.0f : 1.0f;
+    return binary<Op, Strategy, Out>(op, a, b, ka, 1.0f, request, [](auto x, auto y) { return x / y; });
+}
+
+}  // namespace detail
+
+/// a * b. Natural scale sa * sb; the data multiply as they are.
+template <class Strategy = default_scaling, class Out = void, class A, class PA, class B, class PB>
+[[nodiscard]] auto mul(const ScaledArray<A, PA>& a, const ScaledArray<B, PB>& b)
+{
+    return detail::multiply<ops::mul, Strategy, Out>("mul", a, b);
 }
 
 /// a / b. Natural scale sa / sb. Dividing by a zero-scale (zero) array gives IEEE x/0: +-inf,
@@ -138,15 +166,7 @@ template <class Strategy = default_scaling, class Out = void, class A, class PA,
 template <class Strategy = default_scaling, class Out = void, class A, class PA, class B, class PB>
 [[nodiscard]] auto div(const ScaledArray<A, PA>& a, const ScaledArray<B, PB>& b)
 {
-    scale_request request;
-    if (b.scale() == 0.0f) {
-        request.natural = 1.0f;
-        return detail::binary<ops::div, Strategy, Out>("div", a, b, a.scale(), 0.0f, request,
-                                                        [](auto x, auto y) { return x / y; });
-    }
-    request.natural = static_cast<float>(double(a.scale()) / b.scale());
-    const float ka = a.scale() == 0.0f ? 0.0f : 1.0f;
-    return detail::binary<ops::div, Strategy, Out>("div", a, b, ka, 1.0f, request, [](auto x, auto y) { return x / y; });
+    return detail::divide<ops::div, Strategy, Out>("div", a, b);
 }
 
 namespace detail {
@@ -288,6 +308,19 @@ template <class Strategy = default_scaling, class T, class P>
         const C v = x * s;
         return C(0.5) * x * (C(1) + std::erf(v * C(0.70710678118654752440)));
     });
+}
+
+/// tanh(a), computed on the value: natural scale min(sa, 1), since |tanh(x)| <= min(|x|, 1), so
+/// the data never grow.
+template <class Strategy = default_scaling, class T, class P>
+[[nodiscard]] ScaledArray<T, P> tanh(const ScaledArray<T, P>& a)
+{
+    using C = compute_t<T>;
+    const C s = static_cast<C>(a.scale());
+    const float natural = std::min(a.scale(), 1.0f);
+    const C inverse_natural = natural == 0.0f ? C(0) : static_cast<C>(1.0 / double(natural));
+    return detail::unary<ops::tanh, Strategy, T>("tanh", a, natural,
+                                                 [=](C x) { return std::tanh(x * s) * inverse_natural; });
 }
 
 /// e^a, computed on the value in float; natural scale 1, since exp's output range does not

@@ -1,7 +1,8 @@
 #pragma once
 /// \file reduce.hpp
 /// Reductions: reduce_sum (natural scale s; default_scaling grows it by sqrt(N) for N summed
-/// elements, so a sum of unit-variance data stays unit variance) and reduce_max (scale kept).
+/// elements, so a sum of unit-variance data stays unit variance), reduce_mean (natural s / N, so
+/// s / sqrt(N) under those rules) and reduce_max (scale kept).
 /// Over all elements (a 0-d result) or over the listed axes. Sums accumulate in compute_t.
 ///
 ///     auto total = reduce_sum(a);          // shape ()
@@ -14,6 +15,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <limits>
 #include <vector>
 
 namespace scalify {
@@ -89,17 +91,26 @@ template <class T>
     return axes;
 }
 
-template <class Op, class Strategy, class Out, class T, class P, class C, class Combine>
-[[nodiscard]] auto reduce(const char* op, const ScaledArray<T, P>& a, std::vector<std::size_t> axes, C init, Combine combine)
+/// combine over `axes`, stored under Op's rule with natural scale s * per_count(N), N the
+/// elements per output (1 for a sum, 1/N for a mean).
+template <class Op, class Strategy, class Out, class T, class P, class C, class Combine, class PerCount>
+[[nodiscard]] auto reduce(const char* op, const ScaledArray<T, P>& a, std::vector<std::size_t> axes, C init, Combine combine,
+                          PerCount per_count)
 {
     const auto plan = plan_reduction(op, a.shape(), std::move(axes));
     const std::vector<C> raw = reduce_axes(a.data().data(), a.shape(), plan, init, combine);
     scale_request request;
-    request.natural = a.scale();
+    request.natural = static_cast<float>(double(a.scale()) * per_count(plan.count));
     request.input_scales[0] = a.scale();
-    request.contraction = plan.count;
+    request.contraction = std::max<std::size_t>(plan.count, 1);  // an empty reduction: one term (0, or NaN for a mean)
+    request.single_values[0] = single_magnitude(a);
     return finish<Op, Strategy, P, out_or_t<Out, T>, C>(op, plan.out_shape, request,
                                                          [&raw](std::size_t i) { return raw[i]; });
+}
+template <class Op, class Strategy, class Out, class T, class P, class C, class Combine>
+[[nodiscard]] auto reduce(const char* op, const ScaledArray<T, P>& a, std::vector<std::size_t> axes, C init, Combine combine)
+{
+    return reduce<Op, Strategy, Out>(op, a, std::move(axes), init, combine, [](std::size_t) { return 1.0; });
 }
 
 }  // namespace detail
@@ -116,6 +127,27 @@ template <class Strategy = default_scaling, class Out = void, class T, class P>
 [[nodiscard]] auto reduce_sum(const ScaledArray<T, P>& a)
 {
     return reduce_sum<Strategy, Out>(a, detail::all_axes<T>(a.dimension()));
+}
+
+/// Mean over `axes` (all when omitted): the sum in compute_t with natural scale s / N, N the
+/// elements per output; default_scaling and unit_scaling give s / sqrt(N) (a mean of N
+/// unit-variance values has standard deviation 1 / sqrt(N)). An empty reduction gives NaN, as
+/// numpy's mean does.
+template <class Strategy = default_scaling, class Out = void, class T, class P>
+[[nodiscard]] auto reduce_mean(const ScaledArray<T, P>& a, std::vector<std::size_t> axes)
+{
+    using C = compute_t<T>;
+    const auto per_count = [](std::size_t count) { return count == 0 ? 1.0 : 1.0 / static_cast<double>(count); };
+    // An empty sum is 0; 0 / 0 is NaN: start the (never combined) accumulator there.
+    const bool empty = detail::element_count(a.shape()) == 0;
+    const C init = empty ? std::numeric_limits<C>::quiet_NaN() : C(0);
+    return detail::reduce<ops::reduce_mean, Strategy, Out>("reduce_mean", a, std::move(axes), init,
+                                                           [](C acc, C x) { return acc + x; }, per_count);
+}
+template <class Strategy = default_scaling, class Out = void, class T, class P>
+[[nodiscard]] auto reduce_mean(const ScaledArray<T, P>& a)
+{
+    return reduce_mean<Strategy, Out>(a, detail::all_axes<T>(a.dimension()));
 }
 
 /// Maximum over `axes` (all when omitted); NaN propagates; an empty reduction gives -inf.

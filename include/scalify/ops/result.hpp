@@ -60,6 +60,16 @@ template <class C, class T>
     return factor.zero() ? C(0) : factor.apply(load(x));
 }
 
+/// |value| of a one-element array (0 for a zero scale), NaN for any other size: see
+/// scale_request::single_values.
+template <class T, class P>
+[[nodiscard]] float single_magnitude(const ScaledArray<T, P>& a) noexcept
+{
+    if (a.size() != 1) return std::numeric_limits<float>::quiet_NaN();
+    if (a.scale() == 0.0f) return 0.0f;
+    return static_cast<float>(std::abs(static_cast<double>(load(a.data().data()[0])) * a.scale()));
+}
+
 /// A scale the strategy returned, checked: finite, non-negative, and valid for Policy.
 template <ScalePolicy Policy>
 [[nodiscard]] float checked_output_scale(float scale, const char* op, const scale_request& request)

@@ -1,8 +1,10 @@
 #pragma once
 /// \file shape.hpp
 /// Layout ops: transpose, reshape, rows / slice (copies, bounds checked), concatenate. Values are
-/// unchanged; transpose, reshape and slicing keep the scale; concatenate takes the largest scale
-/// of its parts and rescales the others into it (exact under pow2_scale barring underflow).
+/// unchanged; transpose, reshape and slicing keep the scale; concatenate's natural scale is the
+/// largest of its parts' (the others rescale into it, exactly under pow2_scale barring
+/// underflow), and its request's input scale is the parts' scales combined as an RMS over their
+/// elements, which unit_scaling uses.
 
 #include <scalify/ops/result.hpp>
 
@@ -11,6 +13,7 @@
 #include <xtensor/xview.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <cstddef>
 #include <initializer_list>
 #include <vector>
@@ -83,7 +86,8 @@ template <class T, class P>
 }
 
 /// Parts joined along `axis`; all other extents must agree (shape_error otherwise). The result
-/// has the parts' largest scale.
+/// has the parts' largest scale under default_scaling, their RMS scale over the elements under
+/// unit_scaling.
 template <class Strategy = default_scaling, class T, class P>
 [[nodiscard]] ScaledArray<T, P> concatenate(const std::vector<ScaledArray<T, P>>& parts, std::size_t axis = 0)
 {
@@ -95,6 +99,7 @@ template <class Strategy = default_scaling, class T, class P>
     std::vector<std::size_t> shape(first.begin(), first.end());
     shape[axis] = 0;
     float natural = 0.0f;
+    double sum_squared_scales = 0.0;  // each part's scale^2 weighted by its size
     for (const auto& part : parts) {
         const auto& s = part.shape();
         bool fits = s.size() == first.size();
@@ -105,6 +110,7 @@ template <class Strategy = default_scaling, class T, class P>
         }
         shape[axis] += s[axis];
         natural = std::max(natural, part.scale());
+        sum_squared_scales += static_cast<double>(part.size()) * part.scale() * part.scale();
     }
     std::size_t outer = 1, inner = 1;
     for (std::size_t d = 0; d < axis; ++d) outer *= shape[d];
@@ -125,7 +131,10 @@ template <class Strategy = default_scaling, class T, class P>
     }
     scale_request request;
     request.natural = natural;
-    request.input_scales[0] = natural;
+    // The parts as one input: the RMS of their scales over the elements (unit data in every part
+    // give a result of that RMS value).
+    const std::size_t total = detail::element_count(shape);
+    request.input_scales[0] = total == 0 ? natural : static_cast<float>(std::sqrt(sum_squared_scales / double(total)));
     return detail::finish<ops::concatenate, Strategy, P, T, C>("concatenate", shape, request,
                                                               [&raw](std::size_t i) { return raw[i]; });
 }

@@ -13,6 +13,7 @@
 
 #include <scalify/numeric/limits.hpp>
 #include <scalify/scaled_array.hpp>
+#include <scalify/strategy/unit_normal.hpp>
 
 #include <cmath>
 #include <concepts>
@@ -34,16 +35,27 @@ struct neg {};
 struct abs {};
 struct relu {};
 struct gelu {};
+struct tanh {};
 struct exp {};
 struct log {};
 struct sqrt {};
 struct softmax {};
+struct log_softmax {};
+struct softmax_cross_entropy {};  ///< the loss; its logits gradient is vjp<softmax_cross_entropy>
 struct reduce_sum {};
+struct reduce_mean {};
 struct reduce_max {};
 struct where {};
 struct concatenate {};
 struct cast {};
 struct layout {};  ///< transpose, reshape, slice: data moved, values unchanged
+
+/// The gradient with respect to input `Input` of Op, as its VJP (train/backward.hpp) stores it.
+/// Gradients have tags of their own so that a strategy, or a specialisation of
+/// scaling_traits<ops::vjp<Op, Input>, S>, can give them their own scale. (matmul_vjp's products
+/// are matmuls and keep the matmul tag.)
+template <class Op, std::size_t Input = 0>
+struct vjp {};
 }  // namespace ops
 
 /// What a rule may look at.
@@ -51,20 +63,52 @@ struct scale_request {
     float natural = 1.0f;         ///< the op's natural scale (see file comment)
     float input_scales[2] = {1.0f, 1.0f};
     std::size_t input_count = 1;
-    std::size_t contraction = 1;  ///< K of a matmul, elements per output of a reduce_sum
+    /// Terms summed into each output: K of a matmul, N of a reduce_sum / reduce_mean, elements of
+    /// a gradient summed back over broadcast axes.
+    std::size_t contraction = 1;
+    std::size_t axis_length = 1;  ///< length of the softmax / log_softmax axis; classes of a cross-entropy
+    std::size_t batch = 1;        ///< rows a loss is averaged over (its gradient carries 1/batch)
+    /// |value| of an input that has exactly one element, NaN for the others: such an input is a
+    /// known constant, not a sample of unit-scale data (the seed design's scaled_mul reads it too).
+    float single_values[2] = {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::quiet_NaN()};
     /// max |raw| over the result (NaN ignored), filled only for strategies with needs_amax.
     float raw_amax = std::numeric_limits<float>::quiet_NaN();
 };
 
-/// The seed design's rules (docs/ops.md): scale follows the inputs, and contractions over K terms
-/// grow it by sqrt(K) so unit-variance data stays unit variance. Under pow2_scale a rule's result
-/// rounds to the nearest power of two.
+namespace detail {
+
+template <class Op, class... Candidates>
+inline constexpr bool is_one_of_v = (std::same_as<Op, Candidates> || ...);
+
+/// The forward op of a gradient tag ops::vjp<Op, I> (void for other tags).
+template <class Tag>
+struct gradient_of {
+    using type = void;
+};
+template <class Op, std::size_t Input>
+struct gradient_of<ops::vjp<Op, Input>> {
+    using type = Op;
+};
+template <class Tag>
+using gradient_of_t = typename gradient_of<Tag>::type;
+
+/// Ops whose outputs are sums of `contraction` terms: the seed's sqrt(K) growth applies to them.
+template <class Op>
+inline constexpr bool sums_terms_v = is_one_of_v<Op, ops::matmul, ops::reduce_sum, ops::reduce_mean> ||
+                                     is_one_of_v<gradient_of_t<Op>, ops::add, ops::sub, ops::mul>;
+
+}  // namespace detail
+
+/// The seed design's rules (docs/ops.md): scale follows the inputs, and sums of K terms (matmul,
+/// reduce_sum, reduce_mean, a gradient summed over broadcast axes) grow it by sqrt(K) so
+/// unit-variance data stays unit variance. Under pow2_scale a rule's result rounds to the nearest
+/// power of two.
 struct default_scaling {
     static constexpr bool needs_amax = false;
     template <ScalePolicy Policy, class Op>
     [[nodiscard]] static float output_scale(Op, const scale_request& request) noexcept
     {
-        if constexpr (std::same_as<Op, ops::matmul> || std::same_as<Op, ops::reduce_sum>) {
+        if constexpr (detail::sums_terms_v<Op>) {
             return Policy::from_rule(request.natural * std::sqrt(static_cast<float>(request.contraction)));
         } else {
             return Policy::from_rule(request.natural);
@@ -83,19 +127,116 @@ struct natural_scaling {
     }
 };
 
-/// Unit scaling (Blake et al. 2023): as default_scaling, but a sum of two independent unit-variance
-/// terms has scale sqrt(sa^2 + sb^2), so add and sub keep unit variance too.
+namespace detail {
+
+/// Expected RMS of input i's value when its data are unit-scale: its scale, or |value| for a
+/// one-element input (a known constant; a NaN or inf value is not a magnitude).
+[[nodiscard]] inline double input_rms(const scale_request& request, std::size_t i) noexcept
+{
+    const double single = request.single_values[i];
+    return std::isfinite(single) ? single : static_cast<double>(request.input_scales[i]);
+}
+
+/// unit_scaling's rules: the expected RMS of Op's output value when every input's data are unit
+/// normal (N(0, 1), independent) at the request's scales, so that the data come out at unit RMS.
+/// Positive-domain ops (log, sqrt) take log-normal data e^z instead: half-normal data would give
+/// their gradients infinite variance (E[1/z^2] = inf), so no static rule could exist. NaN: the
+/// op has no rule of its own and keeps its natural scale (neg, abs, where, maximum, minimum,
+/// reduce_max, casts and layout ops already keep unit data unit; div has no unit-normal rule).
+/// Derivations and measured RMS: docs/ops.md, "unit_scaling's rules".
+template <class Op>
+[[nodiscard]] double unit_normal_rms(Op, const scale_request& request) noexcept
+{
+    namespace un = unit_normal;
+    using forward = gradient_of_t<Op>;
+    const double natural = request.natural;
+    const double s0 = request.input_scales[0], s1 = request.input_scales[1];
+    const double terms = static_cast<double>(request.contraction);
+    const double length = static_cast<double>(request.axis_length);
+    constexpr double e = 2.71828182845904523536;
+    if constexpr (sums_terms_v<Op> || is_one_of_v<Op, ops::mul, ops::vjp<ops::exp>, ops::vjp<ops::reduce_mean>>) {
+        // A sum of `terms` products of independent unit data has RMS sqrt(terms) (matmul's K, a
+        // sum's N; a mean's 1/N is in the natural scale). A one-element factor scales the product
+        // by its |value| rather than by a unit-scale sample. (matmul's request names no
+        // one-element input, so its rule is the seed's natural * sqrt(K), unchanged.)
+        double rms = natural * std::sqrt(terms);
+        for (std::size_t i = 0; i < request.input_count && i < 2; ++i) {
+            if (std::isfinite(request.single_values[i])) rms *= input_rms(request, i) / request.input_scales[i];
+        }
+        return rms;
+    } else if constexpr (is_one_of_v<Op, ops::add, ops::sub>) {
+        // Independent terms: variances add. A one-element operand adds its value squared
+        // (unit-scaling leaves that case unscaled; here it is exact).
+        const double a = input_rms(request, 0), b = input_rms(request, 1);
+        return std::sqrt(a * a + b * b);
+    } else if constexpr (std::same_as<Op, ops::relu>) {
+        return un::relu_rms(s0);  // E[relu(x)^2] = s^2 / 2
+    } else if constexpr (std::same_as<Op, ops::gelu>) {
+        return un::gelu_rms(s0);  // quadrature; s = 1: 0.652 (RMS; 0.588 is its standard deviation)
+    } else if constexpr (std::same_as<Op, ops::tanh>) {
+        return un::tanh_rms(s0);  // quadrature; s = 1: 0.628
+    } else if constexpr (std::same_as<Op, ops::exp>) {
+        return un::exp_rms(s0);  // E[e^(2x)] = e^(2 s^2)
+    } else if constexpr (std::same_as<Op, ops::log>) {
+        return std::sqrt(std::log(s0) * std::log(s0) + 1.0);  // log(s e^z) = log s + z
+    } else if constexpr (std::same_as<Op, ops::sqrt>) {
+        return std::sqrt(s0) * std::exp(0.25);  // E[s e^z] = s e^(1/2)
+    } else if constexpr (std::same_as<Op, ops::softmax>) {
+        return std::sqrt(un::softmax_sum_squares(length, s0) / length);  // exact E[sum p^2], see unit_normal.hpp
+    } else if constexpr (std::same_as<Op, ops::log_softmax>) {
+        return un::log_softmax_rms(length, s0);
+    } else if constexpr (std::same_as<Op, ops::concatenate>) {
+        return s0;  // the parts' scales combined as an RMS weighted by their sizes (shape.hpp)
+    } else if constexpr (std::same_as<forward, ops::relu>) {
+        return s0 * un::inv_sqrt2;  // g [x > 0]: half the entries pass
+    } else if constexpr (std::same_as<forward, ops::gelu>) {
+        return s0 * un::gelu_grad_rms(s1);  // g gelu'(x), x at scale s1; s1 = 1: 0.675
+    } else if constexpr (std::same_as<forward, ops::tanh>) {
+        return s0 * un::tanh_grad_rms(s1);  // g (1 - tanh(x)^2)
+    } else if constexpr (std::same_as<forward, ops::log>) {
+        return s0 * e / s1;  // g / x, x = s1 e^z: E[e^(-2z)] = e^2
+    } else if constexpr (std::same_as<forward, ops::sqrt>) {
+        // g / (2y), s1 the scale of 2y: y = sqrt(s e^z) stored at unit RMS has data e^(z/2 - 1/4),
+        // and E[e^(-z + 1/2)] = e.
+        return s0 * std::sqrt(e) / s1;
+    } else if constexpr (std::same_as<forward, ops::softmax>) {
+        // y (g - sum g y) with y stored at unit RMS (scale s1): taking y as m-hot with
+        // m = 1 / (L s1^2), E[(y (g - sum g y))^2] = s0^2 s1^2 (1 - sum y^2) exactly. Measured
+        // at unit-normal logits: 0.87 (L = 8) to 1.00 (L >= 1024) of the true RMS.
+        const double flat = 1.0 - length * s1 * s1;
+        return s0 * s1 * std::sqrt(std::max(flat, 1.0 / (length * length)));
+    } else if constexpr (std::same_as<forward, ops::log_softmax>) {
+        // g - softmax sum g: E = s0^2 (1 - 2/L + E[sum p^2]); E[sum p^2] taken at its flat
+        // limit 1/L (0.99-1.00 of the true RMS at unit-normal logits, sqrt(2) low if one-hot).
+        return s0 * std::sqrt(std::max(1.0 - 1.0 / length, 1.0 / (length * length)));
+    } else if constexpr (std::same_as<forward, ops::softmax_cross_entropy>) {
+        // (p - onehot) / batch with labels independent of the logits (scale s0):
+        // E[sum_c (p_c - d_c)^2] = E[sum p^2] - 2/C + 1 over C entries per row.
+        const double per_row = un::softmax_sum_squares(length, s0) - 2.0 / length + 1.0;
+        return std::sqrt(std::max(per_row, 0.0) / length) / static_cast<double>(request.batch);
+    } else {
+        return std::numeric_limits<double>::quiet_NaN();
+    }
+}
+
+}  // namespace detail
+
+/// Unit scaling (Blake et al. 2023), stateless and value-preserving: every op's output scale is
+/// the expected RMS of its value for unit-normal input data at the input scales
+/// (detail::unit_normal_rms), so data stay near unit RMS through deep chains, forward and
+/// backward, and each gradient gets its own ideal scale (no constraint is needed: the scale never
+/// changes a value). Ops without a rule of their own, and degenerate inputs (a zero scale, a rule
+/// that over/underflows float32), keep default_scaling's scale.
 struct unit_scaling {
     static constexpr bool needs_amax = false;
     template <ScalePolicy Policy, class Op>
     [[nodiscard]] static float output_scale(Op op, const scale_request& request) noexcept
     {
-        if constexpr (std::same_as<Op, ops::add> || std::same_as<Op, ops::sub>) {
-            const double a = request.input_scales[0], b = request.input_scales[1];
-            return Policy::from_rule(static_cast<float>(std::sqrt(a * a + b * b)));
-        } else {
-            return default_scaling::output_scale<Policy>(op, request);
+        const double rms = detail::unit_normal_rms(op, request);
+        if (rms > 0.0 && rms <= static_cast<double>(std::numeric_limits<float>::max()) && static_cast<float>(rms) > 0.0f) {
+            return Policy::from_rule(static_cast<float>(rms));
         }
+        return default_scaling::output_scale<Policy>(op, request);
     }
 };
 

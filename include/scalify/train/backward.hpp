@@ -1,12 +1,19 @@
 #pragma once
 /// \file backward.hpp
 /// Backward rules (vector-Jacobian products) of the differentiable primitives, as free functions
-/// next to the ops: given the gradient g of a scalar loss with respect to an op's output, they
-/// return the gradients with respect to its inputs. They are built from the scaled ops, so they
-/// propagate scales the same way; the Strategy argument picks the rules. With default_scaling
-/// (or unit_scaling) every backward matmul divides by the square root of its own contraction
-/// size, as unit scaling's backward rules do (fan-out for the input gradient, batch for the
-/// weight gradient).
+/// next to the ops: given the gradient g of a scalar loss with respect to an op's output (the
+/// cotangent, always the first argument) and the forward values they need, they return the
+/// gradients with respect to the op's inputs. Each stores its result under its own op tag,
+/// ops::vjp<Op, Input> (strategy/scaling.hpp), so the Strategy argument gives gradients their own
+/// scale rules; unit_scaling's keep unit-scale cotangents at unit scale (docs/ops.md).
+///
+/// matmul_vjp's two products are matmuls, each divided by the square root of its own contraction
+/// (fan-out for the input gradient, batch for the weight gradient) under default_scaling and
+/// unit_scaling. That is Graphcore unit-scaling's *unconstrained* rule (constraint=None); its
+/// default constraint, "to_output_scale", gives both gradients the forward scale 1/sqrt(K)
+/// instead, because there a scale changes the computed value and the backward pass must stay the
+/// gradient of the scaled forward pass. Here a scale never changes a value, so every gradient can
+/// take its own.
 ///
 ///     auto [ga, gb] = matmul_vjp(g, a, b);   // g.b^T, a^T.g
 
@@ -17,8 +24,13 @@
 #include <scalify/ops/shape.hpp>
 
 #include <cmath>
+#include <concepts>
 #include <cstddef>
 #include <cstdint>
+#include <initializer_list>
+#include <limits>
+#include <ranges>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -32,33 +44,70 @@ struct vjp_pair {
 
 namespace detail {
 
-/// g summed over the axes that broadcasting added or stretched, so it has `shape`.
-template <class Strategy, class T, class P, class Shape>
+/// g summed over the axes that broadcasting added or stretched, so it has `shape`, stored under
+/// Op's rule (contraction: the elements summed per output). shape_error if `shape` does not
+/// broadcast to g's shape.
+template <class Strategy, class Op = ops::reduce_sum, class T, class P, class Shape>
 [[nodiscard]] ScaledArray<T, P> unbroadcast(const ScaledArray<T, P>& g, const Shape& shape)
 {
     const std::size_t rank = g.dimension();
-    const std::size_t lead = rank - shape.size();
+    bool fits = shape.size() <= rank;
+    const std::size_t lead = fits ? rank - shape.size() : 0;
     std::vector<std::size_t> axes;
-    for (std::size_t d = 0; d < rank; ++d) {
-        if (d < lead || (shape[d - lead] == 1 && g.shape()[d] != 1)) axes.push_back(d);
+    for (std::size_t d = 0; fits && d < rank; ++d) {
+        if (d < lead) {
+            axes.push_back(d);
+        } else if (shape[d - lead] != g.shape()[d]) {
+            fits = shape[d - lead] == 1;
+            axes.push_back(d);
+        }
+    }
+    if (!fits) {
+        SCALIFY_THROW(shape_error(fmt::format("vjp: operand shape {} does not broadcast to the cotangent's shape {}",
+                                              shape_string(shape), shape_string(g.shape()))));
     }
     if (axes.empty()) return g;
-    auto summed = reduce_sum<Strategy, T>(g, axes);
+    using C = compute_t<T>;
+    auto summed = reduce<Op, Strategy, T>("vjp", g, std::move(axes), C(0), [](C acc, C x) { return acc + x; });
     return reshape(summed, std::vector<std::size_t>(shape.begin(), shape.end()));
 }
 
-/// Elementwise map of x's value to a float factor array, as a float ScaledArray of scale 1.
-template <class T, class P, class F>
-[[nodiscard]] ScaledArray<compute_t<T>, P> value_map(const ScaledArray<T, P>& x, F f)
+/// g * f'(x) for a pointwise op, stored under Op's rule with g's type and policy (natural scale
+/// sg; the request's input scales are {sg, sx}). `derivative` maps x's value to f'(x).
+template <class Op, class Strategy, class G, class PG, class X, class PX, class Derivative>
+[[nodiscard]] ScaledArray<G, PG> pointwise_vjp(const char* op, const ScaledArray<G, PG>& g, const ScaledArray<X, PX>& x,
+                                               Derivative derivative)
 {
-    using C = compute_t<T>;
-    const xt::xarray<C> v = x.value();
-    xt::xarray<C> out = xt::xarray<C>::from_shape(v.shape());
-    for (std::size_t i = 0; i < v.size(); ++i) out.data()[i] = f(v.data()[i]);
-    return ScaledArray<compute_t<T>, P>(std::move(out), 1.0f);
+    using C = std::common_type_t<compute_t<G>, compute_t<X>>;
+    const auto shape = broadcast_shapes(op, g.shape(), x.shape());
+    xt::xarray<G> g_storage;
+    xt::xarray<X> x_storage;
+    const G* pg = broadcast_to(g.data(), shape, g_storage).data();
+    const X* px = broadcast_to(x.data(), shape, x_storage).data();
+    const C sx = static_cast<C>(x.scale());
+    scale_request request;
+    request.natural = g.scale();
+    request.input_scales[0] = g.scale();
+    request.input_scales[1] = x.scale();
+    request.input_count = 2;
+    return finish<Op, Strategy, PG, G, C>(op, shape, request, [=](std::size_t i) {
+        const C xv = sx == C(0) ? C(0) : load(px[i]) * sx;  // a zero-scale x is zeros
+        return load(pg[i]) * derivative(xv);
+    });
+}
+
+template <class A, class B>
+void require_same_shape(const char* op, const A& a, const B& b)
+{
+    if (!std::equal(a.shape().begin(), a.shape().end(), b.shape().begin(), b.shape().end())) {
+        SCALIFY_THROW(shape_error(fmt::format("{}: cotangent shape {} differs from the forward value's {}", op,
+                                              shape_string(a.shape()), shape_string(b.shape()))));
+    }
 }
 
 }  // namespace detail
+
+// ---- binary -----------------------------------------------------------------------------------
 
 /// y = a.b: ga = g.b^T, gb = a^T.g.
 template <class Strategy = default_scaling, class Out = void, class G, class PG, class A, class PA, class B, class PB>
@@ -69,28 +118,34 @@ template <class Strategy = default_scaling, class Out = void, class G, class PG,
     return vjp_pair<decltype(ga), decltype(gb)>{std::move(ga), std::move(gb)};
 }
 
-/// y = a + b (broadcasting): ga = g, gb = g, each summed back to its operand's shape.
+/// y = a + b (broadcasting): ga = g, gb = g, each summed back to its operand's shape (a sum of N
+/// cotangent elements: sqrt(N) under default_scaling and unit_scaling). Where no axis is summed,
+/// the gradient is g itself, data and scale.
 template <class Strategy = default_scaling, class G, class P, class SA, class SB>
 [[nodiscard]] auto add_vjp(const ScaledArray<G, P>& g, const SA& a_shape, const SB& b_shape)
 {
-    return vjp_pair<ScaledArray<G, P>, ScaledArray<G, P>>{detail::unbroadcast<Strategy>(g, a_shape),
-                                                          detail::unbroadcast<Strategy>(g, b_shape)};
+    return vjp_pair<ScaledArray<G, P>, ScaledArray<G, P>>{detail::unbroadcast<Strategy, ops::vjp<ops::add, 0>>(g, a_shape),
+                                                          detail::unbroadcast<Strategy, ops::vjp<ops::add, 1>>(g, b_shape)};
 }
 
 /// y = a - b: ga = g, gb = -g.
 template <class Strategy = default_scaling, class G, class P, class SA, class SB>
 [[nodiscard]] auto sub_vjp(const ScaledArray<G, P>& g, const SA& a_shape, const SB& b_shape)
 {
-    return vjp_pair<ScaledArray<G, P>, ScaledArray<G, P>>{detail::unbroadcast<Strategy>(g, a_shape),
-                                                          detail::unbroadcast<Strategy>(neg(g), b_shape)};
+    return vjp_pair<ScaledArray<G, P>, ScaledArray<G, P>>{
+        detail::unbroadcast<Strategy, ops::vjp<ops::sub, 0>>(g, a_shape),
+        detail::unbroadcast<Strategy, ops::vjp<ops::sub, 1>>(neg(g), b_shape)};
 }
 
-/// y = a * b: ga = g * b, gb = g * a.
+/// y = a * b: ga = g * b, gb = g * a (each summed back over broadcast axes). The product of two
+/// unit-scale operands is unit scale; a one-element factor scales it by its |value|.
 template <class Strategy = default_scaling, class Out = void, class G, class PG, class A, class PA, class B, class PB>
 [[nodiscard]] auto mul_vjp(const ScaledArray<G, PG>& g, const ScaledArray<A, PA>& a, const ScaledArray<B, PB>& b)
 {
-    auto ga = detail::unbroadcast<Strategy>(mul<Strategy, Out>(g, b), a.shape());
-    auto gb = detail::unbroadcast<Strategy>(mul<Strategy, Out>(g, a), b.shape());
+    using grad_a = ops::vjp<ops::mul, 0>;
+    using grad_b = ops::vjp<ops::mul, 1>;
+    auto ga = detail::unbroadcast<Strategy, grad_a>(detail::multiply<grad_a, Strategy, Out>("mul_vjp", g, b), a.shape());
+    auto gb = detail::unbroadcast<Strategy, grad_b>(detail::multiply<grad_b, Strategy, Out>("mul_vjp", g, a), b.shape());
     return vjp_pair<decltype(ga), decltype(gb)>{std::move(ga), std::move(gb)};
 }
 
@@ -122,6 +177,8 @@ template <class Strategy = default_scaling, class G, class PG, class A, class PA
     return maximum_vjp<Strategy>(g, neg(a), neg(b));
 }
 
+// ---- unary ------------------------------------------------------------------------------------
+
 /// y = -x: -g.
 template <class G, class P>
 [[nodiscard]] ScaledArray<G, P> neg_vjp(const ScaledArray<G, P>& g)
@@ -133,71 +190,159 @@ template <class G, class P>
 template <class Strategy = default_scaling, class G, class PG, class X, class PX>
 [[nodiscard]] auto abs_vjp(const ScaledArray<G, PG>& g, const ScaledArray<X, PX>& x)
 {
-    return mul<Strategy, G>(g, detail::value_map(x, [](auto v) { return decltype(v)(v > 0) - decltype(v)(v < 0); }));
+    return detail::pointwise_vjp<ops::vjp<ops::abs>, Strategy>("abs_vjp", g, x,
+                                                               [](auto v) { return decltype(v)(v > 0) - decltype(v)(v < 0); });
 }
 
-/// y = relu(x): g where x > 0, else 0. The mask keeps g's scale.
+/// y = relu(x): g where x > 0, else 0 (also where x is NaN).
 template <class Strategy = default_scaling, class G, class PG, class X, class PX>
 [[nodiscard]] auto relu_vjp(const ScaledArray<G, PG>& g, const ScaledArray<X, PX>& x)
 {
-    const xt::xarray<bool> positive = x.value() > 0;
-    const auto zero = ScaledArray<G, PG>(xt::xarray<G>::from_shape({1}), 0.0f);
-    return where<Strategy, G>(positive, g, zero);
+    return detail::pointwise_vjp<ops::vjp<ops::relu>, Strategy>("relu_vjp", g, x, [](auto v) { return decltype(v)(v > 0); });
 }
 
 /// y = gelu(x) (erf form): g * (Phi(x) + x phi(x)).
 template <class Strategy = default_scaling, class G, class PG, class X, class PX>
 [[nodiscard]] auto gelu_vjp(const ScaledArray<G, PG>& g, const ScaledArray<X, PX>& x)
 {
-    return mul<Strategy, G>(g, detail::value_map(x, [](auto v) {
-                                using C = decltype(v);
-                                const C cdf = C(0.5) * (C(1) + std::erf(v * C(0.70710678118654752440)));
-                                const C pdf = std::exp(C(-0.5) * v * v) * C(0.39894228040143267794);
-                                return cdf + v * pdf;
-                            }));
+    return detail::pointwise_vjp<ops::vjp<ops::gelu>, Strategy>("gelu_vjp", g, x, [](auto v) {
+        using C = decltype(v);
+        const C cdf = C(0.5) * (C(1) + std::erf(v * C(0.70710678118654752440)));
+        const C pdf = std::exp(C(-0.5) * v * v) * C(0.39894228040143267794);
+        return cdf + v * pdf;
+    });
+}
+
+/// y = tanh(x), given x (as relu_vjp and gelu_vjp, so that the rule can follow x's scale):
+/// g * (1 - tanh(x)^2).
+template <class Strategy = default_scaling, class G, class PG, class X, class PX>
+[[nodiscard]] auto tanh_vjp(const ScaledArray<G, PG>& g, const ScaledArray<X, PX>& x)
+{
+    return detail::pointwise_vjp<ops::vjp<ops::tanh>, Strategy>("tanh_vjp", g, x, [](auto v) {
+        const auto t = std::tanh(v);
+        return decltype(v)(1) - t * t;
+    });
 }
 
 /// y = exp(x), given y: g * y.
 template <class Strategy = default_scaling, class G, class PG, class Y, class PY>
 [[nodiscard]] auto exp_vjp(const ScaledArray<G, PG>& g, const ScaledArray<Y, PY>& y)
 {
-    return mul<Strategy, G>(g, y);
+    return detail::multiply<ops::vjp<ops::exp>, Strategy, G>("exp_vjp", g, y);
 }
 
 /// y = log(x): g / x.
 template <class Strategy = default_scaling, class G, class PG, class X, class PX>
 [[nodiscard]] auto log_vjp(const ScaledArray<G, PG>& g, const ScaledArray<X, PX>& x)
 {
-    return div<Strategy, G>(g, x);
+    return detail::divide<ops::vjp<ops::log>, Strategy, G>("log_vjp", g, x);
 }
 
 /// y = sqrt(x), given y: g / (2 y).
 template <class Strategy = default_scaling, class G, class PG, class Y, class PY>
 [[nodiscard]] auto sqrt_vjp(const ScaledArray<G, PG>& g, const ScaledArray<Y, PY>& y)
 {
-    return div<Strategy, G>(g, mul(y, 2.0));
+    return detail::divide<ops::vjp<ops::sqrt>, Strategy, G>("sqrt_vjp", g, mul(y, 2.0));
 }
 
-/// y = reduce_sum(x, axes): g broadcast back over the summed axes of `shape`.
+// ---- reductions -------------------------------------------------------------------------------
+
+/// y = reduce_sum(x, axes): g broadcast back over the summed axes of `shape` (data and scale
+/// kept). shape_error for axes that are not distinct axes of `shape`.
 template <class G, class P, class Shape>
 [[nodiscard]] ScaledArray<G, P> reduce_sum_vjp(const ScaledArray<G, P>& g, const Shape& shape, std::vector<std::size_t> axes)
 {
+    const auto plan = detail::plan_reduction("reduce_sum_vjp", shape, std::move(axes));
     std::vector<std::size_t> kept(shape.begin(), shape.end());
-    for (auto axis : axes) kept[axis] = 1;
+    for (auto axis : plan.axes) kept[axis] = 1;
     const auto reshaped = reshape(g, kept);
     return ScaledArray<G, P>(xt::xarray<G>(xt::broadcast(reshaped.data(), std::vector<std::size_t>(shape.begin(), shape.end()))),
                              g.scale());
 }
 
-/// y = softmax(x, axis), given y: y * (g - sum(g * y, axis)).
+/// y = reduce_mean(x, axes): g / N broadcast back over the averaged axes of `shape` (N elements
+/// per output): natural scale sg / N, data g's; unit_scaling keeps that (the data stay g's).
+template <class Strategy = default_scaling, class G, class P, class Shape>
+[[nodiscard]] ScaledArray<G, P> reduce_mean_vjp(const ScaledArray<G, P>& g, const Shape& shape, std::vector<std::size_t> axes)
+{
+    const auto plan = detail::plan_reduction("reduce_mean_vjp", shape, std::move(axes));
+    std::vector<std::size_t> kept(shape.begin(), shape.end());
+    for (auto axis : plan.axes) kept[axis] = 1;
+    const std::vector<std::size_t> full(shape.begin(), shape.end());
+    const xt::xarray<G> spread = xt::broadcast(reshape(g, kept).data(), full);
+    scale_request request;
+    request.natural = plan.count == 0 ? g.scale() : static_cast<float>(double(g.scale()) / double(plan.count));
+    request.input_scales[0] = g.scale();
+    request.single_values[0] = detail::single_magnitude(g);
+    const G* data = spread.data();
+    return detail::finish<ops::vjp<ops::reduce_mean>, Strategy, P, G, compute_t<G>>(
+        "reduce_mean_vjp", full, request, [data](std::size_t i) { return detail::load(data[i]); });
+}
+
+// ---- softmax ----------------------------------------------------------------------------------
+
+/// y = softmax(x, axis), given y: y * (g - sum_axis(g * y)), computed in one pass in compute_t
+/// and stored once (natural scale sg * sy). shape_error unless g and y have the same shape.
 template <class Strategy = default_scaling, class G, class PG, class Y, class PY>
 [[nodiscard]] auto softmax_vjp(const ScaledArray<G, PG>& g, const ScaledArray<Y, PY>& y, std::size_t axis)
 {
     using C = std::common_type_t<compute_t<G>, compute_t<Y>>;
-    const auto gy = mul<Strategy, C>(g, y);
-    const auto dot = reduce_sum_vjp(reduce_sum<Strategy, C>(gy, {axis}), gy.shape(), {axis});
-    return mul<Strategy, G>(y, sub<Strategy, C>(g, dot));
+    detail::require_same_shape("softmax_vjp", g, y);
+    const detail::axis_lanes lanes("softmax_vjp", y.shape(), axis);
+    const G* pg = g.data().data();
+    const Y* py = y.data().data();
+    const C sy = static_cast<C>(y.scale());
+    std::vector<C> raw(y.size());
+    lanes.for_each([&](std::size_t base, std::size_t stride) {
+        C dot = 0;  // sum g y in data units; its value is sg * sy * dot
+        for (std::size_t k = 0; k < lanes.length; ++k) dot += detail::load(pg[base + k * stride]) * detail::load(py[base + k * stride]);
+        for (std::size_t k = 0; k < lanes.length; ++k) {
+            const std::size_t i = base + k * stride;
+            raw[i] = detail::load(py[i]) * (detail::load(pg[i]) - sy * dot);  // value: sg sy raw
+        }
+    });
+    scale_request request;
+    request.natural = static_cast<float>(double(g.scale()) * double(y.scale()));
+    request.input_scales[0] = g.scale();
+    request.input_scales[1] = y.scale();
+    request.input_count = 2;
+    request.axis_length = lanes.length;
+    return detail::finish<ops::vjp<ops::softmax>, Strategy, common_policy_t<PG, PY>, G, C>(
+        "softmax_vjp", y.shape(), request, [&raw](std::size_t i) { return raw[i]; });
 }
+
+/// y = log_softmax(x, axis), given y: g - exp(y) * sum_axis(g), in one pass (natural scale sg).
+/// shape_error unless g and y have the same shape.
+template <class Strategy = default_scaling, class G, class PG, class Y, class PY>
+[[nodiscard]] ScaledArray<G, PG> log_softmax_vjp(const ScaledArray<G, PG>& g, const ScaledArray<Y, PY>& y, std::size_t axis)
+{
+    using C = std::common_type_t<compute_t<G>, compute_t<Y>>;
+    detail::require_same_shape("log_softmax_vjp", g, y);
+    const detail::axis_lanes lanes("log_softmax_vjp", y.shape(), axis);
+    const G* pg = g.data().data();
+    const Y* py = y.data().data();
+    const C sy = static_cast<C>(y.scale());
+    std::vector<C> raw(y.size());
+    lanes.for_each([&](std::size_t base, std::size_t stride) {
+        C total = 0;
+        for (std::size_t k = 0; k < lanes.length; ++k) total += detail::load(pg[base + k * stride]);
+        for (std::size_t k = 0; k < lanes.length; ++k) {
+            const std::size_t i = base + k * stride;
+            const C probability = std::exp(sy == C(0) ? C(0) : detail::load(py[i]) * sy);
+            raw[i] = detail::load(pg[i]) - probability * total;
+        }
+    });
+    scale_request request;
+    request.natural = g.scale();
+    request.input_scales[0] = g.scale();
+    request.input_scales[1] = y.scale();
+    request.input_count = 2;
+    request.axis_length = lanes.length;
+    return detail::finish<ops::vjp<ops::log_softmax>, Strategy, PG, G, C>("log_softmax_vjp", y.shape(), request,
+                                                                          [&raw](std::size_t i) { return raw[i]; });
+}
+
+// ---- layout -----------------------------------------------------------------------------------
 
 /// y = transpose(x): transpose(g). y = reshape(x, ...): g reshaped to x's shape.
 template <class G, class P>
@@ -211,42 +356,106 @@ template <class G, class P, class Shape>
     return reshape(g, std::vector<std::size_t>(shape.begin(), shape.end()));
 }
 
+/// y = concatenate(parts, axis), given each part's extent along `axis`: g cut back into the
+/// parts' pieces, each a slice of g (data and scale kept). shape_error unless the extents add up
+/// to g's extent along `axis`.
+template <class G, class P>
+[[nodiscard]] std::vector<ScaledArray<G, P>> concatenate_vjp(const ScaledArray<G, P>& g, const std::vector<std::size_t>& extents,
+                                                             std::size_t axis)
+{
+    std::size_t total = 0;
+    for (auto extent : extents) total += extent;
+    if (axis >= g.dimension() || total != g.shape()[axis]) {
+        SCALIFY_THROW(shape_error(fmt::format("concatenate_vjp: part extents {} along axis {} do not make up the cotangent's shape {}",
+                                              shape_string(extents), axis, shape_string(g.shape()))));
+    }
+    std::vector<ScaledArray<G, P>> parts;
+    parts.reserve(extents.size());
+    std::size_t first = 0;
+    for (auto extent : extents) {
+        parts.push_back(slice(g, axis, first, first + extent));
+        first += extent;
+    }
+    return parts;
+}
+
+// ---- loss -------------------------------------------------------------------------------------
+
 /// Mean softmax cross-entropy of logits (batch x classes) against integer labels, and its
-/// gradient with respect to the logits, (softmax - onehot) / batch, as a float array of scale 1.
-/// Computed in double for the loss, float for the gradient. shape_error for a label count that
-/// does not match the batch; labels outside [0, classes) are shape_errors too.
+/// gradient with respect to the logits, (softmax - onehot) / batch, stored under
+/// ops::vjp<ops::softmax_cross_entropy>'s rule: natural scale 1 (the data are the gradient, as
+/// default_scaling keeps them); unit_scaling gives the expected RMS for unit-normal logits at the
+/// logits' scale, about 1 / (batch sqrt(classes)). The loss is computed in double, the gradient
+/// in double and stored as float.
 template <class T, class P>
 struct cross_entropy_result {
     double loss = 0.0;
     ScaledArray<float, P> grad;
 };
 
-template <class T, class P>
-[[nodiscard]] cross_entropy_result<T, P> softmax_cross_entropy(const ScaledArray<T, P>& logits, const std::vector<std::uint8_t>& labels)
+namespace detail {
+/// A sized range of integers (not bool): class labels.
+template <class Labels>
+concept label_range = std::ranges::sized_range<Labels> && std::integral<std::ranges::range_value_t<Labels>> &&
+                      !std::same_as<std::remove_cv_t<std::ranges::range_value_t<Labels>>, bool>;
+}  // namespace detail
+
+/// Labels: any sized range of integers (std::vector<std::uint8_t>, std::vector<std::int32_t>,
+/// std::span<const std::int64_t>, ...), one per row; class counts up to the size_t range.
+/// shape_error for a label count that does not match the batch, or a label outside [0, classes)
+/// (the message names the label, its row and the class count).
+template <class Strategy = default_scaling, class T, class P, class Labels>
+    requires detail::label_range<Labels>
+[[nodiscard]] cross_entropy_result<T, P> softmax_cross_entropy(const ScaledArray<T, P>& logits, const Labels& labels)
 {
-    if (logits.dimension() != 2 || logits.shape()[0] != labels.size()) {
+    const auto label_count = static_cast<std::size_t>(std::ranges::size(labels));
+    if (logits.dimension() != 2 || logits.shape()[0] != label_count) {
         SCALIFY_THROW(shape_error(fmt::format("softmax_cross_entropy: logits {} and {} labels do not match",
-                                              shape_string(logits.shape()), labels.size())));
+                                              shape_string(logits.shape()), label_count)));
     }
     const std::size_t batch = logits.shape()[0], classes = logits.shape()[1];
-    const auto v = logits.value();  // compute_t<T>: double logits stay double
-    xt::xarray<float> grad = xt::xarray<float>::from_shape({batch, classes});
-    double total = 0.0;
-    for (std::size_t b = 0; b < batch; ++b) {
-        if (labels[b] >= classes) {
-            SCALIFY_THROW(shape_error(fmt::format("softmax_cross_entropy: label {} out of range for {} classes", labels[b], classes)));
+    std::vector<std::size_t> target(batch);
+    std::size_t row = 0;
+    for (const auto label : labels) {
+        const auto number = +label;  // promoted: character types print and compare as numbers
+        if (std::cmp_less(number, 0) || std::cmp_greater_equal(number, classes)) {
+            SCALIFY_THROW(shape_error(fmt::format("softmax_cross_entropy: label {} out of range for {} classes (row {})", number,
+                                                  classes, row)));
         }
-        double top = -std::numeric_limits<double>::infinity();
-        for (std::size_t c = 0; c < classes; ++c) top = std::max(top, double(v(b, c)));
-        double sum = 0.0;
-        for (std::size_t c = 0; c < classes; ++c) sum += std::exp(double(v(b, c)) - top);
-        total += std::log(sum) + top - double(v(b, labels[b]));
-        for (std::size_t c = 0; c < classes; ++c) {
-            const double p = std::exp(double(v(b, c)) - top) / sum;
-            grad(b, c) = static_cast<float>((p - (c == labels[b] ? 1.0 : 0.0)) / double(batch));
-        }
+        target[row++] = static_cast<std::size_t>(number);
     }
-    return {batch ? total / double(batch) : 0.0, ScaledArray<float, P>(std::move(grad), 1.0f)};
+
+    const T* data = logits.data().data();
+    const double s = logits.scale();
+    const auto value = [&](std::size_t i) { return s == 0.0 ? 0.0 : static_cast<double>(detail::load(data[i])) * s; };
+    std::vector<double> top(batch, -std::numeric_limits<double>::infinity()), total(batch, 0.0);
+    double loss = 0.0;
+    for (std::size_t b = 0; b < batch; ++b) {
+        const std::size_t first = b * classes;
+        for (std::size_t c = 0; c < classes; ++c) top[b] = std::max(top[b], value(first + c));
+        for (std::size_t c = 0; c < classes; ++c) total[b] += std::exp(value(first + c) - top[b]);
+        loss += std::log(total[b]) + top[b] - value(first + target[b]);
+    }
+
+    scale_request request;
+    request.natural = 1.0f;
+    request.input_scales[0] = logits.scale();
+    request.axis_length = classes;
+    request.batch = batch;
+    auto grad = detail::finish<ops::vjp<ops::softmax_cross_entropy>, Strategy, P, float, double>(
+        "softmax_cross_entropy", std::vector<std::size_t>{batch, classes}, request, [&](std::size_t i) {
+            const std::size_t b = i / classes, c = i % classes;
+            const double p = std::exp(value(i) - top[b]) / total[b];
+            return (p - (c == target[b] ? 1.0 : 0.0)) / static_cast<double>(batch);
+        });
+    return {batch ? loss / static_cast<double>(batch) : 0.0, std::move(grad)};
+}
+
+/// softmax_cross_entropy(logits, {3, 1, 4}): labels as a braced list.
+template <class Strategy = default_scaling, class T, class P, std::integral Label>
+[[nodiscard]] cross_entropy_result<T, P> softmax_cross_entropy(const ScaledArray<T, P>& logits, std::initializer_list<Label> labels)
+{
+    return softmax_cross_entropy<Strategy>(logits, std::vector<Label>(labels));
 }
 
 }  // namespace scalify
