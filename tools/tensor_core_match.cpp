@@ -141,7 +141,7 @@ int main(int argc, char** argv)
                 const auto baseline = float32_baseline(file);
                 const bool qgmma = file.kind.find('e') == 0;
                 fmt::print("{} ({}, {} tiles)\n  {:<12} {:>28} | {:>28}\n", path, file.kind, file.tiles, "class",
-                           qgmma ? "dot<h100_qgmma>" : "dot<h100_hmma>", "float32 of the exact sum");
+                           qgmma ? "dot<h100_qgmma>" : "dot<h100_hmma>", "double sum, rounded to float32");
                 tally model_total, baseline_total;
                 for (std::size_t c = 0; c < 5; ++c) {
                     fmt::print("  {:<12} {:>28} | {:>28}\n", mma_capture::class_names[c], rate(model[c]), rate(baseline[c]));

@@ -221,11 +221,14 @@ void lane_chain(const SA* a_sig, const E* a_exp, const SB* b_sig, const E* b_exp
             const E* eb = b_exp + kk * W;
             const SB* sb = b_sig + kk * W;
             for (std::size_t j = 0; j < W; ++j) {
-                const auto shift = std::min(static_cast<exponent>(emax[j] - ea - eb[j]), Plan::max_shift);
+                // emax >= every exponent, so the count is never negative; an unsigned count of the
+                // term's width lets the compiler shift 16-bit lanes (vpsrlvw) instead of widening.
+                const auto shift = static_cast<term_magnitude>(
+                    std::min(static_cast<exponent>(emax[j] - ea - eb[j]), Plan::max_shift));
                 const auto product = static_cast<term>(sa * static_cast<term>(sb[j]));
                 const auto magnitude = static_cast<term_magnitude>(
                     static_cast<term_magnitude>(product < 0 ? -product : product) >> shift);
-                sum[j] += product < 0 ? -static_cast<lane>(magnitude) : static_cast<lane>(magnitude);
+                sum[j] += static_cast<term>(product < 0 ? -magnitude : magnitude);
             }
         }
         // Normalise: the exact sum converts exactly to `wide`; masking its significand cuts it
@@ -273,11 +276,15 @@ void gemm_lanes(const TA* a, const TB* b, std::size_t m, std::size_t k, std::siz
     a_sig.resize(m * k);
     a_exp.resize(m * k);
     special_row.assign(m, 0);
-    for (std::size_t i = 0; i < m * k; ++i) {
-        const auto x = lane_decode<operand_a>(a[i]);
-        a_sig[i] = x.significand;
-        a_exp[i] = x.exponent;
-        special_row[i / k] |= x.special ? 1 : 0;
+    for (std::size_t i = 0; i < m; ++i) {
+        bool special = false;
+        for (std::size_t p = i * k; p < (i + 1) * k; ++p) {
+            const auto x = lane_decode<operand_a>(a[p]);
+            a_sig[p] = x.significand;
+            a_exp[p] = x.exponent;
+            special = special || x.special;
+        }
+        special_row[i] = special ? 1 : 0;
     }
     // B in blocks of W columns, each block K rows of W; columns past N read as zeros.
     b_sig.resize(blocks * k * W);
