@@ -1,7 +1,7 @@
 // Tensor-core models side by side with Eigen's float GEMM on the same shape, in one run:
 //   gemm<h100_cublaslt_fp8> / <h100_cublaslt_fp8_fast> on 256 x 1024 x 256 e4m3fn codes vs Eigen
 //   sgemm on float copies of the same values (the target: within 10x of the peer);
-//   the HMMA chain on f16; scaled fp8 matmul with exact vs H100 accumulation at 512^3.
+//   the HMMA chain on f16 and bf16; scaled fp8 matmul with exact vs H100 accumulation at 512^3.
 // Both sides use the same threads: OpenMP where the build found it (OMP_NUM_THREADS sets the
 // count for Eigen and scalify alike), else one. docs/benchmarks.md has the figures:
 //   OMP_NUM_THREADS=1 build/benchmarks/bench_tensor_core --benchmark_min_time=1
@@ -79,7 +79,7 @@ BENCHMARK(gemm_model<tc::h100_hmma_chain, Eigen::half>)
     ->Name("gemm_256x1024x256_f16_h100_hmma_chain")
     ->Unit(benchmark::kMillisecond);
 BENCHMARK(gemm_model<tc::h100_hmma_chain, Eigen::bfloat16>)
-    ->Name("gemm_256x1024x256_bf16_h100_hmma_chain_reference_engine")
+    ->Name("gemm_256x1024x256_bf16_h100_hmma_chain")
     ->Unit(benchmark::kMillisecond);
 
 /// One instruction, one output: the reference engine (what dot<> runs).

@@ -367,10 +367,43 @@ TEST_CASE("gemm equals a loop of gemm_dot (the reference chain) for every pair, 
     check_gemm_against_dot<tc::h100_cublaslt_fp8, float8_e5m2, float8_e4m3fn>(9, 31, 1, 5, false);
     check_gemm_against_dot<tc::h100_cublaslt_fp8, float8_e5m2, float8_e5m2>(6, 200, 40, 6, true);
     check_gemm_against_dot<tc::h100_cublaslt_fp8_fast, float8_e4m3fn, float8_e4m3fn>(6, 200, 40, 7, true);
-    // 16-bit: f16 runs the lanes (int64), bf16 the reference engine.
+    // 16-bit: f16 runs the lanes (int64); bf16 codes over the whole range the reference engine.
     check_gemm_against_dot<tc::h100_hmma_chain, Eigen::half, Eigen::half>(5, 100, 37, 8, false);
     check_gemm_against_dot<tc::h100_hmma_chain, Eigen::half, Eigen::half>(5, 50, 37, 9, true);
     check_gemm_against_dot<tc::h100_hmma_chain, Eigen::bfloat16, Eigen::bfloat16>(4, 70, 9, 10, true);
+}
+
+TEST_CASE("bf16 gemm runs the lanes where the data keep results in float32's normal range", "[tensor_core][gemm]")
+{
+    std::mt19937 rng(12);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    std::uniform_int_distribution<int> binade(-40, 40);
+    const auto bf16_matrix = [&](std::size_t rows, std::size_t cols) {
+        auto x = xt::xarray<Eigen::bfloat16>::from_shape({rows, cols});
+        for (auto& e : x) e = Eigen::bfloat16(std::ldexp(normal(rng), binade(rng)));
+        return x;
+    };
+    auto a = bf16_matrix(6, 200);
+    auto b = bf16_matrix(200, 35);
+    const auto check = [&] {
+        const xt::xarray<float> d = tc::gemm<tc::h100_hmma_chain>(a, b);
+        std::vector<Eigen::bfloat16> row(200), column(200);
+        std::size_t mismatches = 0;
+        for (std::size_t i = 0; i < 6; ++i) {
+            for (std::size_t p = 0; p < 200; ++p) row[p] = a(i, p);
+            for (std::size_t j = 0; j < 35; ++j) {
+                for (std::size_t p = 0; p < 200; ++p) column[p] = b(p, j);
+                mismatches += bits(d(i, j)) == bits(tc::gemm_dot<tc::h100_hmma_chain>(row, column)) ? 0 : 1;
+            }
+        }
+        return mismatches;
+    };
+    CHECK(check() == 0);  // exponents within +-45: the lanes
+    a(3, 7) = Eigen::bfloat16(0x1p100f);  // products up to 2^145: out of range, the reference engine
+    b(9, 2) = Eigen::bfloat16(0x1p60f);
+    CHECK(check() == 0);
+    a(3, 7) = Eigen::bfloat16(0x1p-120f);  // products down to 2^-165: out of range too
+    CHECK(check() == 0);
 }
 
 TEST_CASE("Fast accumulation drifts on long positive sums; promotion every 128 holds it", "[tensor_core][gemm]")
@@ -412,7 +445,9 @@ TEST_CASE("Model tags are closed by concepts", "[tensor_core][static]")
     STATIC_REQUIRE(tc::detail::lane_plan<tc::h100_qgmma, float8_e4m3fn, float8_e5m2>::usable);
     STATIC_REQUIRE(std::same_as<tc::detail::lane_plan<tc::h100_qgmma, float8_e5m2, float8_e5m2>::lane, std::int32_t>);
     STATIC_REQUIRE(tc::detail::lane_plan<tc::h100_hmma, Eigen::half, Eigen::half>::usable);
-    STATIC_REQUIRE(!tc::detail::lane_plan<tc::h100_hmma, Eigen::bfloat16, Eigen::bfloat16>::usable);
+    STATIC_REQUIRE(tc::detail::lane_plan<tc::h100_hmma, Eigen::half, Eigen::half>::always_in_range);
+    STATIC_REQUIRE(tc::detail::lane_plan<tc::h100_hmma, Eigen::bfloat16, Eigen::bfloat16>::usable);
+    STATIC_REQUIRE(!tc::detail::lane_plan<tc::h100_hmma, Eigen::bfloat16, Eigen::bfloat16>::always_in_range);
     STATIC_REQUIRE(!tc::detail::lane_plan<rne_unit, float8_e5m2, float8_e5m2>::usable);
 }
 

@@ -8,11 +8,12 @@
 ///     xt::xarray<float8_e4m3fn> b = ...;  // K x N
 ///     xt::xarray<float> d = tensor_core::gemm<tensor_core::h100_cublaslt_fp8>(a, b);
 ///
-/// Speed: where the operand formats allow (fp8 pairs and f16 under the H100 rules), products are
-/// integers, alignment is a shift and every step runs across 32 outputs at once in integer lanes
-/// the compiler vectorises; outputs are shared among OpenMP threads when the including program
-/// is compiled with OpenMP (as Eigen's GEMM does), otherwise one thread. Other models and formats
-/// (bf16, rules other than the H100's) run the reference engine of dot.hpp per output.
+/// Speed: under the H100 rules (fp8 pairs, f16, and bf16 data whose exponents keep every result in
+/// float32's normal range), products are integers, alignment is a shift and every step runs
+/// across 32 outputs at once in integer lanes the compiler vectorises; outputs are shared among
+/// OpenMP threads when the including program is compiled with OpenMP (as Eigen's GEMM does),
+/// otherwise one thread. Everything else (other rules, bf16 data out of that range, the outputs
+/// a NaN or inf code reaches) runs the reference engine of dot.hpp per output.
 /// M, N or K of 0: an M x N result, all +0 when K = 0.
 
 #include <scalify/error.hpp>
@@ -89,9 +90,11 @@ inline constexpr int max_exponent = static_cast<int>(Format::max_magnitude >> Fo
 /// Whether, and with which integer and float types, Instruction's chains over TA x TB run in
 /// lanes. The lanes compute exactly what inner_product does when: the rules are the H100's (every
 /// cut toward zero, nominal exponents); products need no right shift at emax; the exact sum fits
-/// the lane integer; and no result can leave float32's normal range (every nonzero result is at
-/// least 2^(smallest product exponent - F), and below 2^128 for any K < 2^63), so the chained
-/// accumulator is always zero or a normal float.
+/// the lane integer (`usable`); and no result can leave float32's normal range, so that the
+/// chained accumulator is always zero or a normal float: every nonzero result is at least
+/// 2^(smallest product exponent - F), and a chain's sum stays below K times the largest product.
+/// `always_in_range` says the formats guarantee it (fp8, f16); otherwise (bf16) `in_range` checks
+/// the data's exponents at run time and out-of-range data run the reference engine.
 template <InnerProductModel Instruction, class TA, class TB>
 struct lane_plan {
     using rules = typename Instruction::rules;
@@ -108,8 +111,14 @@ struct lane_plan {
     static constexpr bool usable = rules::exponent == product_exponent::nominal &&
                                    rules::alignment == rounding_mode::toward_zero &&
                                    rules::normalisation == rounding_mode::toward_zero && product_shift >= 0 &&
-                                   bits <= 52 && min_exponent<fa> + min_exponent<fb> - F >= -126 &&
-                                   max_exponent<fa> + max_exponent<fb> + 2 <= 64;
+                                   bits <= 52;
+    /// Operands with exponents in [min_a, max_a] and [min_b, max_b], chains of k products.
+    [[nodiscard]] static constexpr bool in_range(int min_a, int max_a, int min_b, int max_b, std::size_t k) noexcept
+    {
+        return min_a + min_b - F >= -126 && max_a + max_b + 2 + std::bit_width(k) <= 126;
+    }
+    static constexpr bool always_in_range =
+        in_range(min_exponent<fa>, max_exponent<fa>, min_exponent<fb>, max_exponent<fb>, ~std::size_t{0});
     /// Integer lanes for the exact sum, and the float type that converts it exactly.
     using lane = std::conditional_t<(bits <= 30), std::int32_t, std::int64_t>;
     using wide = std::conditional_t<(bits <= 24), float, double>;
@@ -195,7 +204,7 @@ void lane_chain(const SA* a_sig, const E* a_exp, const SB* b_sig, const E* b_exp
     std::size_t in_group = 0;
     for (std::size_t s = 0; s < k; s += step) {
         const std::size_t end = std::min(s + step, k);
-        // The accumulator: zero or a normal float (lane_plan::usable guarantees it).
+        // The accumulator: zero or a normal float (gemm_lanes runs only data in range).
         for (std::size_t j = 0; j < W; ++j) {
             const auto bits = std::bit_cast<std::uint32_t>(c[j]);
             const bool zero = (bits & 0x7fffffffu) == 0;
@@ -258,8 +267,9 @@ void lane_chain(const SA* a_sig, const E* a_exp, const SB* b_sig, const E* b_exp
     }
 }
 
+/// Model's GEMM in lanes; false (nothing written) when the data's exponents are out of range.
 template <GemmModel Model, class TA, class TB>
-void gemm_lanes(const TA* a, const TB* b, std::size_t m, std::size_t k, std::size_t n, float* out)
+[[nodiscard]] bool gemm_lanes(const TA* a, const TB* b, std::size_t m, std::size_t k, std::size_t n, float* out)
 {
     using Plan = lane_plan<typename Model::instruction, TA, TB>;
     using operand_a = lane_operand<Plan, TA, 0>;
@@ -273,6 +283,16 @@ void gemm_lanes(const TA* a, const TB* b, std::size_t m, std::size_t k, std::siz
     thread_local std::vector<typename operand_b::significand_type> b_sig;
     thread_local std::vector<exponent_type> a_exp, b_exp;
     thread_local std::vector<unsigned char> special_row, special_column;
+    // Exponent ranges of the nonzero finite operands, where the formats do not bound them enough.
+    int min_a = 1 << 14, max_a = -(1 << 14), min_b = 1 << 14, max_b = -(1 << 14);
+    const auto track = [](const auto& x, int& lo, int& hi) {
+        if constexpr (!Plan::always_in_range) {
+            if (x.significand != 0) {
+                lo = std::min(lo, static_cast<int>(x.exponent));
+                hi = std::max(hi, static_cast<int>(x.exponent));
+            }
+        }
+    };
     a_sig.resize(m * k);
     a_exp.resize(m * k);
     special_row.assign(m, 0);
@@ -283,6 +303,7 @@ void gemm_lanes(const TA* a, const TB* b, std::size_t m, std::size_t k, std::siz
             a_sig[p] = x.significand;
             a_exp[p] = x.exponent;
             special = special || x.special;
+            track(x, min_a, max_a);
         }
         special_row[i] = special ? 1 : 0;
     }
@@ -299,12 +320,18 @@ void gemm_lanes(const TA* a, const TB* b, std::size_t m, std::size_t k, std::siz
                 b_sig[at + j] = x.significand;
                 b_exp[at + j] = x.exponent;
                 special_column[j0 + j] |= x.special ? 1 : 0;
+                track(x, min_b, max_b);
             }
             for (std::size_t j = width; j < W; ++j) {
                 b_sig[at + j] = 0;
                 b_exp[at + j] = static_cast<exponent_type>(Plan::zero_exponent);
             }
         }
+    }
+
+    if constexpr (!Plan::always_in_range) {
+        const bool some_zero_operand = min_a > max_a || min_b > max_b;  // every product is zero
+        if (!some_zero_operand && !Plan::in_range(min_a, max_a, min_b, max_b, k)) return false;
     }
 
     // Pointers, not the thread_local names: inside the loop those would be each worker's own.
@@ -322,7 +349,7 @@ void gemm_lanes(const TA* a, const TB* b, std::size_t m, std::size_t k, std::siz
     // NaN and inf codes: the outputs they reach, again through the reference engine.
     const bool any_row = std::find(special_row.begin(), special_row.end(), 1) != special_row.end();
     const bool any_column = std::find(special_column.begin(), special_column.end(), 1) != special_column.end();
-    if (!any_row && !any_column) return;
+    if (!any_row && !any_column) return true;
     std::vector<TB> column(k);
     for (std::size_t j = 0; j < n; ++j) {
         const bool whole_column = special_column[j] != 0;
@@ -332,6 +359,7 @@ void gemm_lanes(const TA* a, const TB* b, std::size_t m, std::size_t k, std::siz
             if (whole_column || special_row[i]) out[i * n + j] = chain_reference<Model>(a + i * k, column.data(), k);
         }
     }
+    return true;
 }
 
 template <GemmModel Model, class TA, class TB>
@@ -352,8 +380,10 @@ void gemm_into(const TA* a, const TB* b, std::size_t m, std::size_t k, std::size
         std::fill_n(out, m * n, 0.0f);
         return;
     }
-    if constexpr (lane_plan<typename Model::instruction, TA, TB>::usable) gemm_lanes<Model>(a, b, m, k, n, out);
-    else gemm_reference<Model>(a, b, m, k, n, out);
+    if constexpr (lane_plan<typename Model::instruction, TA, TB>::usable) {
+        if (gemm_lanes<Model>(a, b, m, k, n, out)) return;
+    }
+    gemm_reference<Model>(a, b, m, k, n, out);
 }
 
 template <GemmModel Model, class TA, class TB>
