@@ -238,6 +238,8 @@ TEST_CASE("warnings: a drifting op warns at its re-measurements, a stable one ne
     CHECK(caught[0].frozen);
     CHECK(caught[0].final_check);
     CHECK(caught[0].log2_change() == 5.0);
+    CHECK(frozen.record("op").prop_scale == 2.0f);           // a check only: the multiplier stays
+    CHECK(frozen.record("op").history.back().scale == 64.0f);  // and the measurement is in the history
     CHECK_THAT(fmt::format("{}", caught[0]), Contains("op 'op' use 13: propagation scale 2 -> 64 (+5.0 binades, overflow risk) "
                                                     "[frozen op] [final check]"));
 
@@ -327,4 +329,41 @@ TEST_CASE("report: printable and as CSV, with the scale history", "[autoscale]")
           "b,frozen,1,analysis,8,0\n"
           "b,frozen,2,analysis,8,0\n");
     CHECK_THROWS_AS(report.op("zzz"), config_error);
+}
+
+TEST_CASE("the final check only looks: a frozen op's drift is reported without moving the ops downstream",
+          "[autoscale]")
+{
+    // "a" casts x (stable during analysis: frozen); "b" is relu of a's result (moves during analysis:
+    // on, period 1). After analysis x grows 2^6: a, frozen, passes the growth on in its data.
+    autoscale::scaling_context<pow2_scale> ctx({.analysis_iters = 2}, autoscale::on_off(0.5, 1.0));
+    std::vector<autoscale::warning> warnings;
+    ctx.set_warning_handler([&](const autoscale::warning& w) { warnings.push_back(w); });
+    const auto a = ctx.op("a"), b = ctx.op("b");
+    const auto step = [&](float level, float wiggle) {
+        const ScaledArray<float, pow2_scale> x(xt::xarray<float>{level, -level, wiggle * level, 0.5f * level}, 1.0f);
+        const auto x8 = ctx.scale_as<float8_e4m3fn>(a, x);
+        return ctx.apply<Eigen::half>(b, [&]<class S>(autoscale::strategy_tag<S>) { return relu<S>(x8); });
+    };
+    (void)step(1.0f, 1.0f);
+    (void)step(1.0f, -1.0f);  // same RMS for a; relu keeps less for b
+    CHECK(ctx.record("a").phase == autoscale::op_phase::analysing);
+    (void)step(64.0f, 1.0f);  // use 3: the strategy decides; b re-measures and sees a's drift
+    CHECK(ctx.record("a").phase == autoscale::op_phase::frozen);
+    CHECK(ctx.record("b").phase == autoscale::op_phase::on);
+    REQUIRE(warnings.size() == 1);
+    CHECK(warnings[0].op == "b");
+    CHECK(warnings[0].use == 3);
+    (void)step(64.0f, 1.0f);
+    CHECK(warnings.size() == 1);  // b now holds the drift
+    ctx.final_check();
+    const auto y = step(64.0f, 1.0f);
+    CHECK_THAT(y.value()(0), WithinRel(64.0f, 0.07f));
+    // a reports its drift; b is checked on the same data as before and stays quiet (had a adopted its
+    // new multiplier, b would have seen a 2^-6 drop in this very step).
+    REQUIRE(warnings.size() == 2);
+    CHECK(warnings[1].op == "a");
+    CHECK(warnings[1].final_check);
+    CHECK(warnings[1].frozen);
+    CHECK(ctx.record("b").history.back().kind == autoscale::event::final_check);
 }

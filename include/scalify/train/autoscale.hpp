@@ -22,7 +22,9 @@
 ///    measure exactly, and that use's result is re-stored under the corrected scale.
 /// 4. A re-measurement that moves the multiplier by more than warn_log2 binades, or that finds saturated
 ///    or non-finite values, raises an over/underflow warning (handler; default: one line on stderr).
-/// 5. final_check(): the next use of every op, frozen ones included, re-measures and compares.
+/// 5. final_check(): the next use of every op, frozen ones included, re-measures and compares. It
+///    only looks: the ops keep their multipliers and results (unless a result saturated), so no
+///    correction upstream moves the data an op downstream is checked on.
 /// 6. report(): per op its state (analysing / on / frozen), period, re-measurement count and scale
 ///    history; printable with fmt and written as CSV.
 ///
@@ -121,7 +123,7 @@ enum class event {
 struct context_config {
     std::size_t analysis_iters = 10;  ///< float32 uses per op before the strategy decides, > 0
     norm_kind norm = norm_kind::rms;
-    double warn_log2 = 3.0;           ///< warn when a re-measurement moves the multiplier this many binades, > 0
+    double warn_log2 = 4.0;           ///< warn when a re-measurement moves the multiplier this many binades, > 0
 };
 
 /// One entry of an op's scale history: the multiplier measured at a use.
@@ -491,7 +493,11 @@ public:
     template <ScaledElement T>
     [[nodiscard]] any_scaled_array<Policy> scale(op_handle op, const ScaledArray<T, Policy>& x, dtype to)
     {
-        return apply(op, to, cast_compute(x));
+        op_record& r = m_ops[checked(op)];
+        const bool wide = m_inference ? r.analysis_measurements == 0 : begin_use(r);
+        auto compute = cast_compute(x);
+        if (wide) return m_inference ? unrecorded_analysis(r, compute) : analyse(r, compute);
+        return detail::with_dtype(to, [&](auto tag) -> any_scaled_array<Policy> { return held_cast<decltype(tag)>(r, x); });
     }
     template <ScaledElement T>
     [[nodiscard]] any_scaled_array<Policy> scale(std::string_view name, const ScaledArray<T, Policy>& x, dtype to)
@@ -508,7 +514,13 @@ public:
     template <ScaledElement Out, ScaledElement T>
     [[nodiscard]] ScaledArray<Out, Policy> scale_as(op_handle op, const ScaledArray<T, Policy>& x)
     {
-        return apply<Out>(op, cast_compute(x));
+        op_record& r = m_ops[checked(op)];
+        const bool wide = m_inference ? r.analysis_measurements == 0 : begin_use(r);
+        if (wide) {
+            auto compute = cast_compute(x);
+            return detail::saturating_cast<Out>(m_inference ? unrecorded_analysis(r, compute) : analyse(r, compute));
+        }
+        return held_cast<Out>(r, x);
     }
 
     /// y's value (data * scale) as `to` under scale 1; float32 by default. Not an op: nothing to measure.
@@ -558,7 +570,9 @@ public:
 
     // ---- checks and report ------------------------------------------------------------------
 
-    /// The next use of every op, frozen ones included, re-measures and compares with its multiplier.
+    /// The next use of every op, frozen ones included, re-measures and compares with its multiplier
+    /// (warning as a re-measurement does). A check only: multipliers and results stay as they are,
+    /// unless the result saturated; the measurement goes to the history.
     void final_check()
     {
         for (auto& op : m_ops) op.final_check_pending = true;
@@ -607,6 +621,38 @@ private:
             for (std::size_t i = 0; i < n; ++i) out[i] = static_cast<float>(scalify::detail::load(in[i])) * k;
             return ScaledArray<float, Policy>(std::move(data), scale);
         };
+    }
+
+    /// A cast use after analysis: one pass straight into Out when nothing is measured.
+    template <ScaledElement Out, class T>
+    [[nodiscard]] ScaledArray<Out, Policy> held_cast(op_record& op, const ScaledArray<T, Policy>& x)
+    {
+        if (!m_inference && measuring(op)) {
+            auto compute = cast_compute(x);
+            return low_precision<Out>(op, compute);
+        }
+        const float natural = x.scale();
+        xt::xarray<Out> data = xt::xarray<Out>::from_shape(x.shape());
+        const std::size_t n = x.size();
+        Out* out = data.data();
+        if (natural == 0.0f) {
+            for (std::size_t i = 0; i < n; ++i) out[i] = scalify::detail::store<Out>(0.0f);
+            return ScaledArray<Out, Policy>(std::move(data), 0.0f);
+        }
+        const float scale = output_scale(op, natural, op.prop_scale);
+        const auto k = static_cast<float>(double(natural) / double(scale));
+        const T* in = x.data().data();
+        for (std::size_t i = 0; i < n; ++i) {
+            out[i] = convert<Out, round_nearest_even, saturate_finite>(static_cast<float>(scalify::detail::load(in[i])) * k);
+        }
+        return ScaledArray<Out, Policy>(std::move(data), scale);
+    }
+
+    /// Whether this (already counted) use after analysis re-measures.
+    [[nodiscard]] bool measuring(const op_record& op) const noexcept
+    {
+        return op.final_check_pending ||
+               (op.phase == op_phase::on && op.period > 0 && (op.uses - m_config.analysis_iters) % op.period == 0);
     }
 
     template <class Compute, class S>
@@ -752,12 +798,11 @@ private:
     [[nodiscard]] ScaledArray<Out, Policy> low_precision(op_record& op, Compute& compute)
     {
         const bool final_check = op.final_check_pending;
-        const bool scheduled = op.phase == op_phase::on && op.period > 0 &&
-                               (op.uses - m_config.analysis_iters) % op.period == 0;
+        const bool measure = measuring(op);
         op.final_check_pending = false;
         const double held_scale = op.prop_scale;
         auto [out, natural] = held<Out>(op, compute);
-        if (!(final_check || scheduled) || natural == 0.0f) return std::move(out);
+        if (!measure || natural == 0.0f) return std::move(out);
 
         // The statistic of the low-precision result: its data should have norm 1.
         const auto stat = detail::measure(out.data(), m_config.norm, detail::saturation_bound<Out>());
@@ -765,6 +810,9 @@ private:
         double measured = out.scale() > 0.0f ? stat.norm * double(out.scale()) / double(natural) : 0.0;
         const bool trusted = !saturated && stat.norm > 0.0 && detail::usable(measured) &&
                              std::abs(std::log2(stat.norm)) <= m_config.warn_log2;
+        // A final check only looks: unless this result is broken (saturated or non-finite), the op keeps
+        // its multiplier and its result, so that ops downstream are checked on the data they trained on.
+        const bool adopt = !final_check || saturated;
         if (!trusted) {
             // "Slightly more involved": one float32 run measures exactly and re-stores this use's result.
             ++op.fallbacks;
@@ -772,7 +820,7 @@ private:
             const auto exact = detail::measure(raw.data(), m_config.norm, std::numeric_limits<double>::infinity());
             measured = exact.norm;
             if (raw.scale() > 0.0f && detail::usable(measured)) {
-                out = detail::saturating_cast<Out>(normalise(op, std::move(raw), measured));
+                if (adopt) out = detail::saturating_cast<Out>(normalise(op, std::move(raw), measured));
             } else {
                 measured = 0.0;  // a zero (or non-finite) result: nothing to learn, keep the multiplier
             }
@@ -782,12 +830,12 @@ private:
         if (measured > 0.0) {
             const double change = std::log2(measured / held_scale);
             const bool warn = saturated || std::abs(change) > m_config.warn_log2;
-            op.prop_scale = static_cast<float>(measured);
-            op.history.push_back({op.uses, kind, op.prop_scale, warn});
+            if (adopt) op.prop_scale = static_cast<float>(measured);
+            op.history.push_back({op.uses, kind, static_cast<float>(measured), warn});
             if (warn) {
                 ++op.warnings;
-                warning w{op.name, op.uses, static_cast<float>(held_scale), op.prop_scale, op.phase == op_phase::frozen, final_check,
-                          saturated};
+                warning w{op.name, op.uses, static_cast<float>(held_scale), static_cast<float>(measured),
+                          op.phase == op_phase::frozen, final_check, saturated};
                 m_warnings.push_back(w);
                 if (m_handler) m_handler(m_warnings.back());
             }
