@@ -6,9 +6,12 @@
 //   fp8           the same with E4M3 forward and E5M2 gradients; no loss scaler
 //   fp8-current   per-tensor current scaling (amax) at every cast, TransformerEngine style
 //   fp8-unscaled  the same casts at scale 1: plain fp8
+//   fp8-autoscale AutoScale (docs/scaling_over_time.md): each matmul's forward and backward products
+//                 hold a propagation scale, on_off(1/3, 1/20); prints the per-op report at the end
 //
 //   fashion_mnist --mode M --epochs N --loss-weight W --seed S [--accumulate exact|h100|h100-fast]
 //                 [--train-limit N] [--data DIR] [--min-accuracy A] [--max-accuracy A]
+//                 [--autoscale-history FILE]   (fp8-autoscale: the scale history as CSV)
 //
 // --accumulate picks how the fp8 matmuls (forward and backward) accumulate: exact float32
 // (default), or the H100's tensor cores as cuBLASLt runs them (h100: partial sums promoted to
@@ -23,6 +26,7 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <fstream>
 #include <numeric>
 
 using namespace scalify;
@@ -41,6 +45,7 @@ struct options {
     std::string data = default_data_dir;
     double min_accuracy = 0.0;
     double max_accuracy = 1.0;  ///< for checks that a run collapses
+    std::string autoscale_history;  ///< fp8-autoscale: write the scale history here (CSV)
 };
 
 double correct_predictions(const xt::xarray<float>& logits, const std::vector<std::uint8_t>& labels, std::size_t offset)
@@ -83,6 +88,9 @@ int train(const options& opt, const mode& m)
     const tensor_core::accumulation_scope<> accumulation(opt.accumulate);
     constexpr std::size_t batch = 128;
     const ad::sgd optimizer(0.1 / opt.loss_weight);
+    auto autoscaling = autoscale_context();
+    constexpr bool autoscaled = std::same_as<Strategy, autoscale_strategy>;
+    auto* const context = autoscaled ? &autoscaling : nullptr;
     std::mt19937 shuffle_rng(opt.seed + 1);
     std::vector<std::size_t> order(train_set.labels.size());
     std::iota(order.begin(), order.end(), 0);
@@ -101,18 +109,26 @@ int train(const options& opt, const mode& m)
             if (epoch == 1 && steps == 0 && m.gradient != dtype::float32) {
                 ad::detail::with_dtype(m.gradient, [&]<class G>() { print_gradient_diagnostics<G>(params, x, y, opt, m); });
             }
-            loss_sum += train_step<Strategy>(params, x, y, opt.loss_weight, optimizer) / opt.loss_weight;
+            if (autoscaled && epoch == opt.epochs && first + 2 * batch > order.size()) autoscaling.final_check();
+            loss_sum += train_step<Strategy>(params, x, y, opt.loss_weight, optimizer, context) / opt.loss_weight;
         }
         total_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
         double correct = 0.0;
         for (std::size_t first = 0; first < test_set.labels.size(); first += 1000) {
             const std::size_t count = std::min<std::size_t>(1000, test_set.labels.size() - first);
             const array x = as_scaled_array<pow2_scale>(xt::xarray<float>(xt::view(test_set.images, xt::range(first, first + count), xt::all())));
-            correct += correct_predictions(fashion::predict<Strategy>(params, x), test_set.labels, first);
+            correct += correct_predictions(fashion::predict<Strategy>(params, x, context), test_set.labels, first);
         }
         test_acc = correct / static_cast<double>(test_set.labels.size());
         fmt::print("epoch {:2}  train_loss={:.4f}  test_acc={:.4f}  epoch_seconds={:.2f}\n", epoch,
                    loss_sum / static_cast<double>(steps), test_acc, total_seconds / epoch);
+    }
+    if (autoscaled) {
+        fmt::print("{}", autoscaling.report());
+        if (!opt.autoscale_history.empty()) {
+            std::ofstream csv(opt.autoscale_history);
+            autoscaling.report().write_history_csv(csv);
+        }
     }
     fmt::print("summary mode={} loss_weight={} epochs={} test_acc={:.4f}{}\n", opt.mode, opt.loss_weight_text, opt.epochs,
                test_acc, opt.accumulate == "exact" ? "" : " accumulate=" + opt.accumulate);
@@ -154,11 +170,13 @@ int main(int argc, char** argv)
             else if (flag == "--data") opt.data = value;
             else if (flag == "--min-accuracy") opt.min_accuracy = std::stod(value);
             else if (flag == "--max-accuracy") opt.max_accuracy = std::stod(value);
+            else if (flag == "--autoscale-history") opt.autoscale_history = value;
             else throw std::runtime_error("unknown option " + flag);
         }
         if (!(opt.loss_weight > 0.0) || !std::isfinite(opt.loss_weight)) throw std::runtime_error("--loss-weight must be > 0");
         const mode& m = find_mode(opt.mode);
         fmt::print("mode {}: {}\n", m.name, m.about);
+        if (m.name == "fp8-autoscale") return train<autoscale_strategy>(opt, m);
         return m.unit_scaled ? train<unit_scaling>(opt, m) : train<natural_scaling>(opt, m);
     } catch (const std::exception& e) {
         fmt::print(stderr, "fashion_mnist: {}\n", e.what());

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <optional>
 #include <random>
 #include <stdexcept>
 #include <string>
@@ -158,6 +159,8 @@ inline constexpr mode modes[] = {
     {"fp8-current", dtype::float8_e4m3fn, dtype::float8_e5m2, ad::cast_scaling::current, false,
      "per-tensor current scaling at every cast"},
     {"fp8-unscaled", dtype::float8_e4m3fn, dtype::float8_e5m2, ad::cast_scaling::unscaled, false, "plain fp8, scale 1"},
+    {"fp8-autoscale", dtype::float8_e4m3fn, dtype::float8_e5m2, ad::cast_scaling::propagated, true,
+     "AutoScale on_off(1/3, 1/20): E4M3 forward / E5M2 gradients, every matmul's y, grad_x, grad_w with a held multiplier"},
 };
 
 inline const mode& find_mode(std::string_view name)
@@ -170,21 +173,38 @@ inline const mode& find_mode(std::string_view name)
     throw std::runtime_error(fmt::format("--mode must be one of {}, got {}", names, name));
 }
 
-/// One SGD step of the objective on a batch: forward and backward on the tape, then the update
-/// of the float32 masters. Returns the (weighted) loss.
-template <class Strategy, class Labels>
-double train_step(mlp<array>& params, const array& x, const Labels& labels, double loss_weight, const ad::sgd& optimizer)
+/// fp8-autoscale's vars: unit_scaling's rules, and every matmul an AutoScale layer (E4M3 operands,
+/// E5M2 cotangents and input gradients, float32 products and weight gradients) of a scaling context.
+using autoscale_strategy = autoscale::autoscaled<unit_scaling>;
+
+/// fp8-autoscale's context: the design's on/off example, on_off(1/3, 1/20), after 10 analysis steps.
+inline autoscale::scaling_context<pow2_scale> autoscale_context()
 {
+    return {autoscale::context_config{}, autoscale::on_off(1.0 / 3, 1.0 / 20)};
+}
+
+/// One SGD step of the objective on a batch: forward and backward on the tape, then the update
+/// of the float32 masters. Returns the (weighted) loss. With a context (fp8-autoscale), the step's
+/// matmuls are its layers.
+template <class Strategy, class Labels>
+double train_step(mlp<array>& params, const array& x, const Labels& labels, double loss_weight, const ad::sgd& optimizer,
+                  autoscale::scaling_context<pow2_scale>* autoscaling = nullptr)
+{
+    std::optional<autoscale::graph_scope<pow2_scale>> step;
+    if (autoscaling != nullptr) step.emplace(*autoscaling);
     auto [loss, grads] = ad::value_and_grad<Strategy>(
         [&](const auto& p) { return objective(p, x, labels, loss_weight); }, params);
     optimizer.step(params, grads);
     return static_cast<double>(loss.value()());
 }
 
-/// Logits of x without a tape (the parameters enter as constants), in the mode's arithmetic.
+/// Logits of x without a tape (the parameters enter as constants), in the mode's arithmetic; with a
+/// context, as its layers in inference mode (not counted, not measured).
 template <class Strategy>
-xt::xarray<float> predict(const mlp<array>& params, const array& x)
+xt::xarray<float> predict(const mlp<array>& params, const array& x, autoscale::scaling_context<pow2_scale>* autoscaling = nullptr)
 {
+    std::optional<autoscale::graph_scope<pow2_scale>> scope;
+    if (autoscaling != nullptr) scope.emplace(*autoscaling, /*inference*/ true);
     using constant = ad::var<float, pow2_scale, Strategy>;
     const mlp<constant> p{params.w1, params.b1, params.w2, params.b2, params.w3, params.b3};
     return forward(p, constant(x)).value().value();
