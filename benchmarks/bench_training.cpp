@@ -15,13 +15,16 @@
 // of load from elsewhere hits every mode alike; the table reports the minimum and the median.
 //
 //   bench_training [--steps N] [--warmup N] [--repeat N] [--threads N] [--modes a,b,...]
-//                  [--pytorch-fp32 SECONDS | --pytorch-file FILE] [--seed S] [--data DIR]
+//                  [--pytorch-fp32 SECONDS | --pytorch-file FILE] [--reset-peak-rss] [--seed S] [--data DIR]
 //
 // --steps defaults to a full epoch (468); fewer steps are scaled to seconds per epoch. --threads
 // sets OpenMP's (and so Eigen's) thread count; without it OMP_NUM_THREADS decides. --pytorch-file
 // reads the `pytorch_mlp threads=N seconds_per_epoch=S ...` lines pytorch_mlp.py prints (the one
 // with this run's thread count). GFLOP/s count the model's 3 x forward FLOPs per step (the usual
 // forward + backward convention, 240.3 GFLOP per epoch) for every mode, so they compare as times do.
+// With --reset-peak-rss the kernel's peak-RSS mark is restarted before each run, so "run MiB" is
+// the peak of that run, the float32 training set (180 MiB) included, not the loader's (235 MiB);
+// it also hides the loader's peak from /usr/bin/time -v, so measure the process peak without it.
 #include "../examples/fashion_mnist.hpp"
 
 #include <Eigen/Core>
@@ -191,6 +194,7 @@ struct options {
     std::vector<std::string> modes{"eigen-gemms", "hand-fp32", "fp32", "fp16", "bf16", "fp8", "fp8-current"};
     std::optional<double> pytorch_fp32;
     std::string pytorch_file;
+    bool reset_peak_rss = false;  ///< restart the kernel's peak-RSS mark before each run
     unsigned seed = 0;
     std::string data = fashion::default_data_dir;
 };
@@ -226,6 +230,7 @@ struct run_result {
     double seconds = 0;
     double mean_loss = 0;
     double others = -1;
+    double peak_mib = -1;  ///< peak RSS from the start of the run (VmHWM after a reset), -1 when unknown
 };
 
 using clock_type = std::chrono::steady_clock;
@@ -252,6 +257,24 @@ cpu_sample sample_cpu()
     return s;
 }
 
+/// Restarts the kernel's peak-RSS mark (VmHWM), so that it measures what follows alone (the data
+/// loader's peak, 235 MiB, would hide a training step's); false where Linux does not offer it.
+bool reset_peak_rss()
+{
+    std::ofstream clear("/proc/self/clear_refs");
+    return clear && (clear << "5").flush();
+}
+
+/// VmHWM in MiB (-1 when unknown).
+double peak_rss_mib()
+{
+    std::ifstream status("/proc/self/status");
+    for (std::string line; std::getline(status, line);) {
+        if (line.rfind("VmHWM:", 0) == 0) return std::stod(line.substr(6)) / 1024.0;
+    }
+    return -1;
+}
+
 /// Others' share of the machine's CPU time between two samples `seconds` apart.
 double others_share(const cpu_sample& a, const cpu_sample& b, double seconds)
 {
@@ -270,7 +293,7 @@ run_result timed(const options& opt, Step&& step)
     const auto start = clock_type::now();
     for (std::size_t i = 0; i < opt.steps; ++i) loss += step(opt.warmup + i);
     const double seconds = std::chrono::duration<double>(clock_type::now() - start).count();
-    return {seconds, loss / double(opt.steps), others_share(before, sample_cpu(), seconds)};
+    return {seconds, loss / double(opt.steps), others_share(before, sample_cpu(), seconds), -1};
 }
 
 run_result run_eigen_gemms(const options& opt)
@@ -318,12 +341,10 @@ run_result run_autodiff(const options& opt, const batches& data, const fashion::
     fashion::mlp<fashion::array> params = fashion::initial_parameters(opt.seed, m.unit_scaled);
     const ad::matmul_precision_scope recipe(m.forward, m.gradient, m.scaling);
     const ad::sgd optimizer(0.1);
-    auto autoscaling = fashion::autoscale_context();  // fp8-autoscale only
-    auto* const context = std::same_as<Strategy, fashion::autoscale_strategy> ? &autoscaling : nullptr;
     return timed(opt, [&](std::size_t i) {
         const fashion::array x = as_scaled_array<pow2_scale>(data.images(i));
         const auto y = data.labels(i);
-        return fashion::train_step<Strategy>(params, x, y, 1.0, optimizer, context);
+        return fashion::train_step<Strategy>(params, x, y, 1.0, optimizer);
     });
 }
 
@@ -332,7 +353,6 @@ run_result run_mode(const options& opt, const batches& data, const std::string& 
     if (name == "eigen-gemms") return run_eigen_gemms(opt);
     if (name == "hand-fp32") return run_hand_fp32(opt, data);
     const fashion::mode& m = fashion::find_mode(name);
-    if (m.name == "fp8-autoscale") return run_autodiff<fashion::autoscale_strategy>(opt, data, m);
     return m.unit_scaled ? run_autodiff<unit_scaling>(opt, data, m) : run_autodiff<natural_scaling>(opt, data, m);
 }
 
@@ -397,12 +417,17 @@ int run(const options& opt)
 
     std::map<std::string, std::vector<run_result>> runs;  // seconds scaled to one epoch
     const auto load = [](double others) { return others < 0 ? std::string("?") : fmt::format("{:.0f}%", 100 * others); };
+    const auto mib = [](double m, const char* label) { return m < 0 ? std::string() : fmt::format("{}{:.0f} MiB", label, m); };
     for (int r = 0; r < opt.repeat; ++r) {
         for (const auto& name : opt.modes) {
+            const bool peak_reset = opt.reset_peak_rss && reset_peak_rss();
             run_result result = run_mode(opt, data, name);
+            result.peak_mib = peak_rss_mib();
+            if (!peak_reset) result.peak_mib = -1;  // the process's peak so far says nothing of this run
             result.seconds *= double(epoch_steps) / double(opt.steps);
             runs[name].push_back(result);
-            fmt::print("  run {} {:<13} {:7.3f} s/epoch  others' CPU {}\n", r + 1, name, result.seconds, load(result.others));
+            fmt::print("  run {} {:<13} {:7.3f} s/epoch  others' CPU {}{}\n", r + 1, name, result.seconds,
+                       load(result.others), mib(result.peak_mib, "  run peak RSS "));
             std::fflush(stdout);
         }
     }
@@ -421,15 +446,16 @@ int run(const options& opt)
     const auto ratio = [](std::optional<double> a, std::optional<double> b) {
         return a && b ? fmt::format("{:.2f}", *a / *b) : std::string("-");
     };
-    fmt::print("\n{:<13} {:>9} {:>9} {:>8} {:>10} {:>9} {:>10} {:>7}\n", "mode", "s/epoch", "median", "GFLOP/s",
-               "/hand-fp32", "/PyTorch", "mean loss", "others");
+    fmt::print("\n{:<13} {:>9} {:>9} {:>8} {:>10} {:>9} {:>10} {:>7} {:>9}\n", "mode", "s/epoch", "median", "GFLOP/s",
+               "/hand-fp32", "/PyTorch", "mean loss", "others", "run MiB");
     for (const auto& name : opt.modes) {
         const run_result r = *fastest(name);
         std::vector<double> seconds;
         for (const auto& each : runs[name]) seconds.push_back(each.seconds);
-        fmt::print("{:<13} {:>9.3f} {:>9.3f} {:>8.1f} {:>10} {:>9} {:>10} {:>7}\n", name, r.seconds, median(seconds),
+        fmt::print("{:<13} {:>9.3f} {:>9.3f} {:>8.1f} {:>10} {:>9} {:>10} {:>7} {:>9}\n", name, r.seconds, median(seconds),
                    epoch_flops / r.seconds * 1e-9, ratio(r.seconds, best("hand-fp32")), ratio(r.seconds, pytorch),
-                   name == "eigen-gemms" ? std::string("-") : fmt::format("{:.4f}", r.mean_loss), load(r.others));
+                   name == "eigen-gemms" ? std::string("-") : fmt::format("{:.4f}", r.mean_loss), load(r.others),
+                   r.peak_mib < 0 ? std::string("-") : mib(r.peak_mib, ""));
     }
     if (pytorch) {
         fmt::print("{:<13} {:>9.3f} {:>9} {:>8.1f} {:>10} {:>9}\n", "PyTorch fp32", *pytorch, "", epoch_flops / *pytorch * 1e-9,
@@ -451,6 +477,10 @@ int main(int argc, char** argv)
     try {
         for (int i = 1; i < argc; ++i) {
             const std::string flag = argv[i];
+            if (flag == "--reset-peak-rss") {
+                opt.reset_peak_rss = true;
+                continue;
+            }
             if (i + 1 >= argc) throw std::runtime_error("missing value after " + flag);
             const std::string value = argv[++i];
             if (flag == "--steps") opt.steps = std::stoul(value);
