@@ -305,16 +305,17 @@ TEST_CASE("unit_scaling: 16-layer relu and gelu MLPs stay at unit data RMS, forw
     const auto relu_back = [](const array& g, const array& h) { return relu_vjp<unit>(g, h); };
     const auto gelu_act = [](const array& h) { return gelu<unit>(h); };
     const auto gelu_back = [](const array& g, const array& h) { return gelu_vjp<unit>(g, h); };
-    const std::vector<std::size_t> square_256(17, 256), square_1024(17, 1024);
-    // K = 4096 and 256 alternating (a bottleneck MLP): contractions over the whole range in one
-    // chain, without sixteen 4096 x 4096 weights (tools/unit_scaling_report runs those).
-    std::vector<std::size_t> bottleneck(17, 4096);
-    for (std::size_t l = 1; l < bottleneck.size(); l += 2) bottleneck[l] = 256;
-    check_chain("relu K = 256", mlp_chain(square_256, 64, relu_act, relu_back));
-    check_chain("gelu K = 256", mlp_chain(square_256, 64, gelu_act, gelu_back));
-    check_chain("relu K = 1024", mlp_chain(square_1024, 16, relu_act, relu_back));
-    check_chain("gelu K = 4096 / 256", mlp_chain(bottleneck, 16, gelu_act, gelu_back));
-    check_chain("relu K = 4096 / 256", mlp_chain(bottleneck, 16, relu_act, relu_back));
+    // Contractions K = 1024 or 4096 alternating with 256 (bottleneck MLPs) cover the range
+    // without sixteen 4096 x 4096 weights (tools/unit_scaling_report runs square K = 4096 too).
+    const auto bottleneck = [](std::size_t wide) {
+        std::vector<std::size_t> widths(17, wide);
+        for (std::size_t l = 1; l < widths.size(); l += 2) widths[l] = 256;
+        return widths;
+    };
+    check_chain("relu K = 256", mlp_chain(std::vector<std::size_t>(17, 256), 64, relu_act, relu_back));
+    check_chain("gelu K = 256", mlp_chain(std::vector<std::size_t>(17, 256), 64, gelu_act, gelu_back));
+    check_chain("gelu K = 1024 / 256", mlp_chain(bottleneck(1024), 16, gelu_act, gelu_back));
+    check_chain("relu K = 4096 / 256", mlp_chain(bottleneck(4096), 16, relu_act, relu_back));
 }
 
 namespace {
