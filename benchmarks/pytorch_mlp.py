@@ -20,7 +20,11 @@ the tests runs it. It prints, per thread count, one line bench_training --pytorc
 seconds_per_epoch is steady state: --warmup-steps untimed steps first, then --epochs timed epochs
 of --steps steps each (fewer steps are scaled to 468), the fastest reported. Each thread count runs
 in its own process: OpenBLAS reads OPENBLAS_NUM_THREADS when it is loaded, so the variables are set
-before torch is imported; torch.set_num_threads sets PyTorch's own pool. peak_rss_mib is the
+before torch is imported; torch.set_num_threads sets PyTorch's own pool. OMP_WAIT_POLICY is passive
+by default: with OpenBLAS's pthreads next to PyTorch's OpenMP pool, OpenMP workers spinning after
+each element-wise op take the core OpenBLAS's second thread needs, and on the project's 2-core VM
+2 threads ran at 3x the time of 1 (active 9.7 s, passive 3.1 s per epoch); --omp-wait-policy
+active or unset measures that configuration. peak_rss_mib is the
 process's peak resident set as /usr/bin/time -v reports it; with --reset-peak-rss the kernel's
 mark restarts after loading and run_rss_mib is the training run's peak (the float32 training set,
 180 MiB, included, as in bench_training's "run MiB"; peak_rss_mib then misses the loader's peak);
@@ -112,6 +116,8 @@ def run_one(args, threads):
     # Before torch (and OpenBLAS, OpenMP) load: their pools are sized from these.
     for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ[name] = str(threads)
+    if args.omp_wait_policy != "unset":
+        os.environ["OMP_WAIT_POLICY"] = args.omp_wait_policy
     try:
         import torch
     except ImportError:
@@ -159,7 +165,7 @@ def run_one(args, threads):
             f"peak_rss_mib={peak:.0f} run_rss_mib={'?' if run_peak is None else f'{run_peak:.0f}'} epochs={','.join(f'{t:.3f}' for t in times)} "
             f"others_cpu={'?' if busy is None else f'{100 * busy:.0f}%'} "
             f"mean_loss={loss_sum / (args.epochs * args.steps):.4f} torch={torch.__version__} "
-            f"torch_threads={torch.get_num_threads()}")
+            f"torch_threads={torch.get_num_threads()} omp_wait_policy={args.omp_wait_policy}")
     print(line, flush=True)
     if args.output:
         with open(args.output, "a", encoding="utf-8") as f:
@@ -176,6 +182,8 @@ def main():
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--data", default=DEFAULT_DATA)
     parser.add_argument("--output", help="append the result lines to this file")
+    parser.add_argument("--omp-wait-policy", choices=("passive", "active", "unset"), default="passive",
+                        help="OMP_WAIT_POLICY for PyTorch's OpenMP pool (default passive; see the module comment)")
     parser.add_argument("--reset-peak-rss", action="store_true", help="measure the peak RSS of the training run alone")
     args = parser.parse_args()
     if args.epochs < 1 or args.steps < 1 or args.warmup_steps < 0:
@@ -191,7 +199,8 @@ def main():
     for t in threads:
         command = [sys.executable, os.path.abspath(__file__), "--threads", str(t), "--epochs", str(args.epochs),
                    "--steps", str(args.steps), "--warmup-steps", str(args.warmup_steps), "--seed", str(args.seed),
-                   "--data", args.data] + (["--output", args.output] if args.output else []) \
+                   "--data", args.data, "--omp-wait-policy", args.omp_wait_policy] \
+            + (["--output", args.output] if args.output else []) \
             + (["--reset-peak-rss"] if args.reset_peak_rss else [])
         status = status or subprocess.call(command)
     return status
