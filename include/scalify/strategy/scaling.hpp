@@ -192,7 +192,7 @@ template <class Op>
     } else if constexpr (std::same_as<forward, ops::gelu>) {
         return s0 * un::gelu_grad_rms(s1);  // g gelu'(x), x at scale s1; s1 = 1: 0.675
     } else if constexpr (std::same_as<forward, ops::tanh>) {
-        return s0 * un::tanh_grad_rms(s1);  // g (1 - tanh(x)^2)
+        return s0 * un::tanh_grad_rms(s1);  // g (1 - tanh(x)^2); s1 = 1: 0.682
     } else if constexpr (std::same_as<forward, ops::log>) {
         return s0 * e / s1;  // g / x, x = s1 e^z: E[e^(-2z)] = e^2
     } else if constexpr (std::same_as<forward, ops::sqrt>) {
@@ -202,7 +202,7 @@ template <class Op>
     } else if constexpr (std::same_as<forward, ops::softmax>) {
         // y (g - sum g y) with y stored at unit RMS (scale s1): taking y as m-hot with
         // m = 1 / (L s1^2), E[(y (g - sum g y))^2] = s0^2 s1^2 (1 - sum y^2) exactly. Measured
-        // at unit-normal logits: 0.87 (L = 8) to 1.00 (L >= 1024) of the true RMS.
+        // at unit-normal logits: data RMS 0.88 (L = 8) to 1.00 (L >= 1024).
         const double flat = 1.0 - length * s1 * s1;
         return s0 * s1 * std::sqrt(std::max(flat, 1.0 / (length * length)));
     } else if constexpr (std::same_as<forward, ops::log_softmax>) {
