@@ -56,11 +56,13 @@ void run(fuzz::reader& in)
         fuzz::fail("autodiff gradient differs from the hand-composed backward rules");
     }
 
-    // Misuse: a non-scalar output, an escaped var.
-    try {
-        tape.backward(vc * 2.0);
-        fuzz::fail("backward of a non-scalar output without a seed did not throw");
-    } catch (const autodiff_error&) {
+    // Misuse: a non-scalar output (a one-element output is a scalar), an escaped var.
+    if (vc.size() > 1) {
+        try {
+            tape.backward(vc * 2.0);
+            fuzz::fail("backward of a non-scalar output without a seed did not throw");
+        } catch (const autodiff_error&) {
+        }
     }
     ad::var<T, P, Strategy> escaped;
     {
@@ -74,33 +76,17 @@ void run(fuzz::reader& in)
     }
 }
 
-template <class T, class P>
-void with_strategy(fuzz::reader& in)
-{
-    switch (in.byte() % 3) {
-    case 0: run<default_scaling, T, P>(in); break;
-    case 1: run<unit_scaling, T, P>(in); break;
-    default: run<natural_scaling, T, P>(in); break;
-    }
-}
-
-template <class P>
-void with_type(fuzz::reader& in)
-{
-    switch (in.byte() % 4) {
-    case 0: with_strategy<float, P>(in); break;
-    case 1: with_strategy<float8_e4m3fn, P>(in); break;
-    case 2: with_strategy<Eigen::half, P>(in); break;
-    default: with_strategy<double, P>(in); break;
-    }
-}
-
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size)
 {
     fuzz::reader in{data, size};
-    if (in.byte() % 2) with_type<pow2_scale>(in);
-    else with_type<float_scale>(in);
+    // Two (strategy, type, policy) combinations: float32 under default_scaling with float scales,
+    // and e4m3fn under unit_scaling with power-of-two scales (mixed float / e4m3fn cotangents).
+    // Every op's backward rule is instantiated for all six gradient types either way; more
+    // combinations only make the sanitizer build slower (the unit tests cover half, bfloat16 and
+    // double).
+    if (in.byte() % 2) run<unit_scaling, float8_e4m3fn, pow2_scale>(in);
+    else run<default_scaling, float, float_scale>(in);
     return 0;
 }

@@ -234,6 +234,13 @@ template <class T, class P, class S>
                                 [](const auto& g, const auto& y, const auto&) { return std::tuple{scalify::sqrt_vjp<S>(g, y)}; });
 }
 
+template <class T, class P, class S>
+[[nodiscard]] var<T, P, S> tanh(const var<T, P, S>& x)
+{
+    return detail::record_op<S>("tanh", scalify::tanh<S>(x.value()), std::tuple{x},
+                                [](const auto& g, const auto&, const auto& xv) { return std::tuple{scalify::tanh_vjp<S>(g, xv)}; });
+}
+
 /// softmax along `axis`.
 template <class T, class P, class S>
 [[nodiscard]] var<T, P, S> softmax(const var<T, P, S>& x, std::size_t axis)
@@ -241,6 +248,16 @@ template <class T, class P, class S>
     return detail::record_op<S>("softmax", scalify::softmax<S>(x.value(), axis), std::tuple{x},
                                 [axis](const auto& g, const auto& y, const auto&) {
                                     return std::tuple{scalify::softmax_vjp<S>(g, y, axis)};
+                                });
+}
+
+/// log_softmax along `axis`.
+template <class T, class P, class S>
+[[nodiscard]] var<T, P, S> log_softmax(const var<T, P, S>& x, std::size_t axis)
+{
+    return detail::record_op<S>("log_softmax", scalify::log_softmax<S>(x.value(), axis), std::tuple{x},
+                                [axis](const auto& g, const auto& y, const auto&) {
+                                    return std::tuple{scalify::log_softmax_vjp<S>(g, y, axis)};
                                 });
 }
 
@@ -261,6 +278,24 @@ template <class T, class P, class S>
     std::vector<std::size_t> axes(x.dimension());
     for (std::size_t d = 0; d < axes.size(); ++d) axes[d] = d;
     return reduce_sum(x, std::move(axes));
+}
+
+/// Mean over `axes`.
+template <class T, class P, class S>
+[[nodiscard]] var<T, P, S> reduce_mean(const var<T, P, S>& x, std::vector<std::size_t> axes)
+{
+    auto out = scalify::reduce_mean<S>(x.value(), axes);
+    return detail::record_op<S>("reduce_mean", std::move(out), std::tuple{x},
+                                [axes = std::move(axes)](const auto& g, const auto&, const auto& xv) {
+                                    return std::tuple{scalify::reduce_mean_vjp<S>(g, xv.shape(), axes)};
+                                });
+}
+template <class T, class P, class S>
+[[nodiscard]] var<T, P, S> reduce_mean(const var<T, P, S>& x)
+{
+    std::vector<std::size_t> axes(x.dimension());
+    for (std::size_t d = 0; d < axes.size(); ++d) axes[d] = d;
+    return reduce_mean(x, std::move(axes));
 }
 
 namespace detail {
@@ -572,7 +607,7 @@ template <class T, class P, class S, class Labels>
 [[nodiscard]] var<compute_t<T>, P, S> softmax_cross_entropy(const var<T, P, S>& logits, const Labels& labels)
 {
     using L = compute_t<T>;
-    auto ce = scalify::softmax_cross_entropy(logits.value(), labels);
+    auto ce = scalify::softmax_cross_entropy<S>(logits.value(), labels);
     xt::xarray<L> loss = xt::xarray<L>::from_shape({});
     loss() = static_cast<L>(ce.loss);
     return detail::record_op<S>("softmax_cross_entropy", ScaledArray<L, P>(std::move(loss), 1.0f), std::tuple{logits},
