@@ -55,6 +55,9 @@ OPS = [(name, re.compile(pattern)) for name, pattern in OPS]
 CONTEXT = [
     ("bias add forward", r"value_node::accumulate$", "gradient accumulation"),
     ("cast", r"recipe_cast_grad::\{lambda", "cast: cotangent to the gradient type"),
+    ("cast", r"^scalify::detail::matmul_with$", "matmul: product encoded into a narrow result type"),
+    ("cast", r"^scalify::relu_vjp$", "relu backward"),
+    ("cast", r"^scalify::detail::unbroadcast$|^scalify::reduce_sum$", "bias gradient (column sum)"),
     ("cast", r"recipe_cast$", "cast: matmul operands to the forward type"),
     ("scalar mul (loss path)", r"^scalify::ad::softmax_cross_entropy", "loss: gradient times cotangent (mul)"),
     ("value() copy", r"^scalify::relu_vjp$", "value() copy (in relu_vjp)"),
@@ -125,7 +128,7 @@ def samples(lines):
             if head:
                 yield head[0], head[1], frames, raw
             head, frames, raw = None, [], []
-        elif not line[0].isspace():
+        elif not line.startswith("\t"):  # a header: "pid/tid", right-aligned
             fields = line.split()
             pid_tid = fields[0].split("/") if "/" in fields[0] else fields[:2]
             head = (int(pid_tid[0]), int(pid_tid[1]))
@@ -179,7 +182,10 @@ def main():
     with open(args.script, encoding="utf-8", errors="replace") as f:
         for pid, tid, frames, raw in samples(f):
             if tid != pid:
-                kind = next((name for frame in frames for name, pattern in KINDS if pattern.search(frame)), "other")
+                kind = next((name for frame in frames for name, pattern in KINDS if pattern.search(frame)), None)
+                if kind is None:  # libgomp has no symbols: a worker outside any GEMM waits for the next one
+                    known = [f for f in frames if f not in ("[unknown]", "start_thread", "clone3", "clone")]
+                    kind = "OpenMP wait (libgomp)" if not known else "other"
                 workers[kind] += 1
                 continue
             if not any(timed.search(frame) for frame in frames):
