@@ -343,10 +343,12 @@ run_result run_autodiff(const options& opt, const batches& data, const fashion::
     fashion::mlp<fashion::array> params = fashion::initial_parameters(opt.seed, m.unit_scaled);
     const ad::matmul_precision_scope recipe(m.forward, m.gradient, m.scaling);
     const ad::sgd optimizer(0.1);
+    auto autoscaling = fashion::autoscale_context();  // fp8-autoscale only
+    auto* const context = std::same_as<Strategy, fashion::autoscale_strategy> ? &autoscaling : nullptr;
     return timed(opt, [&](std::size_t i) {
         const fashion::array x = as_scaled_array<pow2_scale>(data.images(i));
         const auto y = data.labels(i);
-        return fashion::train_step<Strategy>(params, x, y, 1.0, optimizer);
+        return fashion::train_step<Strategy>(params, x, y, 1.0, optimizer, context);
     });
 }
 
@@ -355,6 +357,7 @@ run_result run_mode(const options& opt, const batches& data, const std::string& 
     if (name == "eigen-gemms") return run_eigen_gemms(opt);
     if (name == "hand-fp32") return run_hand_fp32(opt, data);
     const fashion::mode& m = fashion::find_mode(name);
+    if (m.name == "fp8-autoscale") return run_autodiff<fashion::autoscale_strategy>(opt, data, m);
     return m.unit_scaled ? run_autodiff<unit_scaling>(opt, data, m) : run_autodiff<natural_scaling>(opt, data, m);
 }
 
