@@ -30,7 +30,10 @@ for weight_epochs in "1:10" "2^-14:5"; do
         done
     done
 done
-printf '%s\n' "${jobs_list[@]}" | xargs -P 2 -I{} bash -c 'run {}'
+# PLOT_ONLY=1 skips the runs and draws what OUT_DIR already holds.
+if [[ -z "${PLOT_ONLY:-}" ]]; then
+    printf '%s\n' "${jobs_list[@]}" | xargs -P 2 -I{} bash -c 'run {}'
+fi
 
 # summary.csv: mode,weight,seed,epoch,test_acc,epoch_seconds
 echo "mode,weight,seed,epoch,test_acc,epoch_seconds" > "$out/summary.csv"
@@ -54,11 +57,11 @@ done
 mkdir -p docs/figures
 plot=""
 for mode in $modes; do
-    plot+="'$out/mean_${mode}_w1.dat' using 1:2 with linespoints title '$mode',"
+    [[ -s "$out/mean_${mode}_w1.dat" ]] && plot+="'$out/mean_${mode}_w1.dat' using 1:2 with linespoints title '$mode',"
 done
 plot2=""
 for mode in $modes; do
-    plot2+="'$out/mean_${mode}_w2^-14.dat' using 1:2 with linespoints title '$mode',"
+    [[ -s "$out/mean_${mode}_w2^-14.dat" ]] && plot2+="'$out/mean_${mode}_w2^-14.dat' using 1:2 with linespoints title '$mode',"
 done
 gnuplot <<GP
 set terminal pngcairo size 1100,420 font 'DejaVu Sans,10'
@@ -67,7 +70,7 @@ set multiplot layout 1,2
 set key bottom right
 set grid
 set xlabel 'epoch'
-set ylabel 'test accuracy (mean of seeds $seeds)'
+set ylabel 'test accuracy (mean over the seeds run)'
 set title 'loss weight 1'
 set yrange [0.78:0.90]
 plot ${plot%,}
