@@ -881,8 +881,8 @@ public:
         return m_context->apply(m_y, dtype_of<F>, [&]<class S>(strategy_tag<S>) {
             return std::visit(
                 [&](const auto& xa) {
-                    if (const auto* wf = std::get_if<ScaledArray<float, Policy>>(&w.variant())) return matmul<S, float>(xa, *wf);
-                    return matmul<S, float>(xa, std::get<ScaledArray<F, Policy>>(w.variant()));
+                    if (const auto* wf = std::get_if<ScaledArray<float, Policy>>(&w.variant())) return scalify::matmul<S, float>(xa, *wf);
+                    return scalify::matmul<S, float>(xa, std::get<ScaledArray<F, Policy>>(w.variant()));
                 },
                 x.variant());
         });

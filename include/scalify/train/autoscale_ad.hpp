@@ -106,7 +106,7 @@ public:
         any_scaled_array<P> w8 = ctx.scale(m_w, w.value(), dtype_of<F>);
         ScaledArray<Y, P> y = ctx.template apply<Y>(m_y, [&]<class St>(strategy_tag<St>) {
             return detail::visit_operand<F>(x8, [&](const auto& xa) {
-                return detail::visit_operand<F>(w8, [&](const auto& wa) { return matmul<St, float>(xa, wa); });
+                return detail::visit_operand<F>(w8, [&](const auto& wa) { return scalify::matmul<St, float>(xa, wa); });
             });
         });
         const bool need_x = x.requires_grad(), need_w = w.requires_grad();
@@ -165,7 +165,7 @@ private:
             const any_scaled_array<P> w8t = transposed<F>(w8);
             gx = ctx.template apply<G>(m_grad_x, [&]<class St>(strategy_tag<St>) {
                 return detail::visit_operand<G>(g8, [&](const auto& ga) {
-                    return detail::visit_operand<F>(w8t, [&](const auto& wt) { return matmul<St, float>(ga, wt); });
+                    return detail::visit_operand<F>(w8t, [&](const auto& wt) { return scalify::matmul<St, float>(ga, wt); });
                 });
             });
         }
@@ -173,7 +173,7 @@ private:
             const any_scaled_array<P> x8t = transposed<F>(x8);
             gw = ctx.template apply<W>(m_grad_w, [&]<class St>(strategy_tag<St>) {
                 return detail::visit_operand<F>(x8t, [&](const auto& xa_t) {
-                    return detail::visit_operand<G>(g8, [&](const auto& ga) { return matmul<St, float>(xa_t, ga); });
+                    return detail::visit_operand<G>(g8, [&](const auto& ga) { return scalify::matmul<St, float>(xa_t, ga); });
                 });
             });
         }
@@ -192,7 +192,7 @@ private:
     template <ScaledElement E>
     [[nodiscard]] static any_scaled_array<P> transposed(const any_scaled_array<P>& a)
     {
-        return detail::visit_operand<E>(a, [](const auto& array) -> any_scaled_array<P> { return transpose(array); });
+        return detail::visit_operand<E>(a, [](const auto& array) -> any_scaled_array<P> { return scalify::transpose(array); });
     }
 
     scaling_context<P>* m_context;
