@@ -46,7 +46,7 @@ public:
     template <class Params, class Grads>
     void step(Params& params, const Grads& grads) const
     {
-        auto update = [this](auto& p, const auto& g) { apply(p, g); };
+        auto update = [this](auto& p, const auto& g) { this->apply(p, g); };
         detail::tree_zip(params, grads, update);
     }
 
