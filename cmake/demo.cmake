@@ -3,7 +3,7 @@ cmake_minimum_required(VERSION 3.21)  # script mode: sets the policies, so no CM
 include("${CMAKE_CURRENT_LIST_DIR}/setup.cmake")
 
 scalify_require_packages(${SCALIFY_DEBIAN_PACKAGES})
-scalify_build("${SCALIFY_MAIN_BUILD}" ${SCALIFY_MAIN_ARGS})
+scalify_build("${SCALIFY_MAIN_BUILD}" ARGS ${SCALIFY_MAIN_ARGS})
 
 # examples/CMakeLists.txt writes one line per example: <name>|<executable>|<arguments;...>
 file(STRINGS "${SCALIFY_MAIN_BUILD}/examples/demo_commands.txt" demo_lines)

@@ -42,11 +42,17 @@ function(scalify_require_packages)
                   COMMAND_ERROR_IS_FATAL ANY)
 endfunction()
 
-# scalify_build(<binary dir> [cache arguments...]): configure (cheap when nothing changed) and build.
+# scalify_build(<binary dir> [TARGETS <target>...] [ARGS <cache argument>...]): configure (cheap
+# when nothing changed) and build the targets (all when none are named).
 function(scalify_build binary_dir)
-  execute_process(COMMAND ${CMAKE_COMMAND} -S "${SCALIFY_ROOT}" -B "${binary_dir}" ${ARGN}
+  cmake_parse_arguments(PARSE_ARGV 1 build "" "" "TARGETS;ARGS")
+  set(targets "")
+  if(build_TARGETS)
+    set(targets --target ${build_TARGETS})
+  endif()
+  execute_process(COMMAND ${CMAKE_COMMAND} -S "${SCALIFY_ROOT}" -B "${binary_dir}" ${build_ARGS}
                   COMMAND_ERROR_IS_FATAL ANY)
-  execute_process(COMMAND ${CMAKE_COMMAND} --build "${binary_dir}" --parallel ${SCALIFY_JOBS}
+  execute_process(COMMAND ${CMAKE_COMMAND} --build "${binary_dir}" --parallel ${SCALIFY_JOBS} ${targets}
                   COMMAND_ERROR_IS_FATAL ANY)
 endfunction()
 

@@ -16,14 +16,19 @@ function(scalify_ctest binary_dir)
 endfunction()
 
 string(TIMESTAMP started "%s")
-scalify_build("${SCALIFY_MAIN_BUILD}" ${SCALIFY_MAIN_ARGS})
+scalify_build("${SCALIFY_MAIN_BUILD}" ARGS ${SCALIFY_MAIN_ARGS})
 scalify_ctest("${SCALIFY_MAIN_BUILD}")
 
+# Only what runs there (the unit tests, the fuzz targets) and the static_assert files: the
+# exhaustive sweeps, examples and tools ran in the main tree.
 scalify_build("${SCALIFY_ROOT}/build-sanitize"
+  TARGETS scalify_unit_tests scalify_fuzz_targets scalify_static_tests
+  ARGS
   -DCMAKE_BUILD_TYPE=Debug
   -DCMAKE_CXX_COMPILER=clang++-14
   "-DCMAKE_CXX_FLAGS=-O1 -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer"
-  -DSCALIFY_BUILD_EXAMPLES=OFF -DSCALIFY_BUILD_BENCHMARKS=OFF -DSCALIFY_INSTALL=OFF -DSCALIFY_BUILD_FUZZ=ON)
+  -DSCALIFY_BUILD_EXAMPLES=OFF -DSCALIFY_BUILD_BENCHMARKS=OFF -DSCALIFY_BUILD_TOOLS=OFF -DSCALIFY_INSTALL=OFF
+  -DSCALIFY_BUILD_FUZZ=ON)
 # The whole unit suite under the sanitizers, then every fuzz target for SCALIFY_FUZZ_SECONDS.
 scalify_ctest("${SCALIFY_ROOT}/build-sanitize" -L "unit|fuzz")
 
