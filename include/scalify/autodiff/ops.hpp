@@ -534,14 +534,14 @@ template <class R, class S, class A, class B, class P>
     const bool need_a = a.requires_grad(), need_b = b.requires_grad();
     return record_op<S>("matmul", scalify::matmul<S, R>(a.value(), b.value()), std::tuple{a, b},
                         [need_a, need_b](const auto& g, const auto&, const auto& av, const auto& bv) {
-                            using GA = decltype(scalify::matmul<S>(g, scalify::transpose(bv)));
-                            using GB = decltype(scalify::matmul<S>(scalify::transpose(av), g));
+                            using GA = decltype(scalify::detail::matmul_transposed_b<S>(g, bv));
+                            using GB = decltype(scalify::detail::matmul_transposed_a<S>(av, g));
                             if (need_a && need_b) {
                                 auto r = scalify::matmul_vjp<S>(g, av, bv);
                                 return std::tuple<GA, GB>{std::move(r.first), std::move(r.second)};
                             }
-                            if (need_a) return std::tuple<GA, GB>{scalify::matmul<S>(g, scalify::transpose(bv)), GB{}};
-                            return std::tuple<GA, GB>{GA{}, scalify::matmul<S>(scalify::transpose(av), g)};
+                            if (need_a) return std::tuple<GA, GB>{scalify::detail::matmul_transposed_b<S>(g, bv), GB{}};
+                            return std::tuple<GA, GB>{GA{}, scalify::detail::matmul_transposed_a<S>(av, g)};
                         });
 }
 
@@ -554,7 +554,7 @@ namespace detail {
 template <ScaledElement F, class T, class P, class S>
 [[nodiscard]] var<F, P, S> recipe_cast(const var<T, P, S>& x, cast_scaling scaling)
 {
-    return record_op<S>("matmul_precision_scope", scalify::cast<F, round_nearest_even, saturate_finite>(rescale_for_cast<F>(x.value(), scaling)),
+    return record_op<S>("matmul_precision_scope", recipe_cast_array<F>(x.value(), scaling),
                         std::tuple{x}, [](const auto& g, const auto&, const auto&) { return std::tuple{g}; });
 }
 
@@ -563,7 +563,7 @@ template <ScaledElement G, class T, class P, class S>
 [[nodiscard]] var<T, P, S> recipe_cast_grad(const var<T, P, S>& x, cast_scaling scaling)
 {
     return record_op<S>("matmul_precision_scope", x.value(), std::tuple{x}, [scaling](const auto& g, const auto&, const auto&) {
-        return std::tuple{scalify::cast<G, round_nearest_even, saturate_finite>(rescale_for_cast<G>(g, scaling))};
+        return std::tuple{recipe_cast_array<G>(g, scaling)};
     });
 }
 

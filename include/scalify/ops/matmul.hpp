@@ -18,6 +18,7 @@
 ///     tensor_core::accumulation_scope<> scope("h100");                 // untagged calls here
 
 #include <scalify/ops/result.hpp>
+#include <scalify/ops/shape.hpp>
 #include <scalify/tensor_core/accumulation.hpp>
 #include <scalify/tensor_core/gemm.hpp>
 
@@ -49,8 +50,9 @@ template <class C, class T>
         if (panel.size() < rows * cols) panel.resize(rows * cols, 1);
         const T* in = data.data();
         C* out = panel.data();
-        const std::size_t n = data.size();
-        for (std::size_t i = 0; i < n; ++i) out[i] = load(in[i]);
+        parallel_ranges(data.size(), [in, out](std::size_t, std::size_t begin, std::size_t end) {
+            for (std::size_t i = begin; i < end; ++i) out[i] = load(in[i]);
+        });
         return Eigen::Map<const row_major_matrix<C>>(panel.data(), rows, cols);
     }
 }
@@ -76,20 +78,47 @@ template <class R, class Buffer>
     }
 }
 
+/// The matrix itself, or its transpose as a view (Eigen reads it in place).
+template <bool Transpose, class M>
+[[nodiscard]] auto oriented(const M& matrix)
+{
+    if constexpr (Transpose) return matrix.transpose();
+    else return matrix;
+}
+
+/// Gemm over row-major M x K and K x N operands, transposing a stored-transposed one first.
+template <class Gemm, bool TransposeA, bool TransposeB, class A, class B, class R>
+void gemm_row_major(const xt::xarray<A>& a, const xt::xarray<B>& b, std::size_t m, std::size_t k, std::size_t n, R* out)
+{
+    if constexpr (TransposeA) {
+        gemm_row_major<Gemm, false, TransposeB>(transposed_copy(a), b, m, k, n, out);
+    } else if constexpr (TransposeB) {
+        gemm_row_major<Gemm, false, false>(a, transposed_copy(b), m, k, n, out);
+    } else {
+        tensor_core::detail::gemm_into<Gemm>(a.data(), b.data(), m, k, n, out);
+    }
+}
+
 /// matmul with the data-domain product accumulated by Gemm (a tensor_core GEMM model), or by
-/// Eigen's float32 GEMM when Gemm is void.
-template <class Strategy, class Out, class Gemm, class A, class PA, class B, class PB, class Buffer>
+/// Eigen's float32 GEMM when Gemm is void. TransposeA / TransposeB: the operand is stored
+/// transposed (a is K x M, b is N x K) and is read through a transposed view, never copied on the
+/// Eigen path; the backward pass's products g.b^T and a^T.g use this.
+template <class Strategy, class Out, class Gemm, bool TransposeA = false, bool TransposeB = false, class A, class PA,
+          class B, class PB, class Buffer>
 [[nodiscard]] auto matmul_with(const ScaledArray<A, PA>& a, const ScaledArray<B, PB>& b, Buffer&& buffer)
 {
     using C = std::common_type_t<compute_t<A>, compute_t<B>>;
     using R = detail::out_or_t<Out, promote_t<A, B>>;
     using P = common_policy_t<PA, PB>;
     static_assert(ScalingStrategy<Strategy>, "the Strategy argument does not satisfy scalify::ScalingStrategy");
-    if (a.dimension() != 2 || b.dimension() != 2 || a.shape()[1] != b.shape()[0]) {
-        SCALIFY_THROW(shape_error(fmt::format("matmul: shapes {} and {} do not multiply (need (M, K) and (K, N))",
-                                              shape_string(a.shape()), shape_string(b.shape()))));
+    if (a.dimension() != 2 || b.dimension() != 2 ||
+        a.shape()[TransposeA ? 0 : 1] != b.shape()[TransposeB ? 1 : 0]) {
+        SCALIFY_THROW(shape_error(fmt::format("matmul: shapes {}{} and {}{} do not multiply (need (M, K) and (K, N))",
+                                              shape_string(a.shape()), TransposeA ? " transposed" : "",
+                                              shape_string(b.shape()), TransposeB ? " transposed" : "")));
     }
-    const std::size_t m = a.shape()[0], k = a.shape()[1], n = b.shape()[1];
+    const std::size_t m = a.shape()[TransposeA ? 1 : 0], k = a.shape()[TransposeA ? 0 : 1],
+                      n = b.shape()[TransposeB ? 0 : 1];
 
     scale_request request;
     request.natural = static_cast<float>(double(a.scale()) * b.scale());
@@ -110,7 +139,7 @@ template <class Strategy, class Out, class Gemm, class A, class PA, class B, cla
             if (scale == 0.0f || request.natural == 0.0f) {
                 std::fill_n(out, m * n, R(0));
             } else {
-                tensor_core::detail::gemm_into<Gemm>(a.data().data(), b.data().data(), m, k, n, out);
+                gemm_row_major<Gemm, TransposeA, TransposeB>(a.data(), b.data(), m, k, n, out);
                 const auto alpha = static_cast<C>(double(request.natural) / double(scale));
                 if (alpha != C(1))
                     for (std::size_t i = 0; i < m * n; ++i) out[i] *= alpha;
@@ -119,7 +148,7 @@ template <class Strategy, class Out, class Gemm, class A, class PA, class B, cla
         } else {
             thread_local std::vector<float> product;  // grows only, as the decoded panels do
             if (product.size() < m * n) product.resize(m * n);
-            tensor_core::detail::gemm_into<Gemm>(a.data().data(), b.data().data(), m, k, n, product.data());
+            gemm_row_major<Gemm, TransposeA, TransposeB>(a.data(), b.data(), m, k, n, product.data());
             const float* raw = product.data();
             return finish<ops::matmul, Strategy, P, R, C>("matmul", shape, request, [raw](std::size_t i) { return raw[i]; });
         }
@@ -127,8 +156,8 @@ template <class Strategy, class Out, class Gemm, class A, class PA, class B, cla
         // Decoded panels live in per-thread buffers that only grow: a fresh allocation per call
         // costs more in first-touch page faults than the decode itself.
         thread_local row_major_matrix<C> a_panel, b_panel;
-        const auto lhs = as_matrix<C>(a.data(), a_panel);
-        const auto rhs = as_matrix<C>(b.data(), b_panel);
+        const auto lhs = oriented<TransposeA>(as_matrix<C>(a.data(), a_panel));
+        const auto rhs = oriented<TransposeB>(as_matrix<C>(b.data(), b_panel));
 
         if constexpr (!Strategy::needs_amax && std::same_as<R, C>) {
             // Static scale: fold natural / scale into GEMM's alpha and write straight into the result.
@@ -153,6 +182,40 @@ template <class Strategy, class Out, class Gemm, class A, class PA, class B, cla
     }
 }
 
+/// matmul_with under the thread's tensor_core::current_accumulation() (exact for operand pairs
+/// no model covers).
+template <class Strategy, class Out, bool TransposeA = false, bool TransposeB = false, class A, class PA, class B,
+          class PB, class Buffer = no_buffer>
+[[nodiscard]] auto matmul_scoped(const ScaledArray<A, PA>& a, const ScaledArray<B, PB>& b, Buffer&& buffer = {})
+{
+    using h100 = tensor_core::operand_gemm_t<tensor_core::h100_cublaslt_fp8, A, B>;
+    using h100_fast = tensor_core::operand_gemm_t<tensor_core::h100_cublaslt_fp8_fast, A, B>;
+    if constexpr (std::is_void_v<h100> && std::is_void_v<h100_fast>) {
+        return matmul_with<Strategy, Out, void, TransposeA, TransposeB>(a, b, std::forward<Buffer>(buffer));
+    } else {
+        switch (tensor_core::current_accumulation()) {
+        case tensor_core::accumulation::h100:
+            return matmul_with<Strategy, Out, h100, TransposeA, TransposeB>(a, b, std::forward<Buffer>(buffer));
+        case tensor_core::accumulation::h100_fast:
+            return matmul_with<Strategy, Out, h100_fast, TransposeA, TransposeB>(a, b, std::forward<Buffer>(buffer));
+        case tensor_core::accumulation::exact: break;
+        }
+        return matmul_with<Strategy, Out, void, TransposeA, TransposeB>(a, b, std::forward<Buffer>(buffer));
+    }
+}
+
+/// a.b^T and a^T.b without materialising the transpose (matmul_vjp's two products).
+template <class Strategy = default_scaling, class Out = void, class A, class PA, class B, class PB>
+[[nodiscard]] auto matmul_transposed_b(const ScaledArray<A, PA>& a, const ScaledArray<B, PB>& b)
+{
+    return matmul_scoped<Strategy, Out, false, true>(a, b);
+}
+template <class Strategy = default_scaling, class Out = void, class A, class PA, class B, class PB>
+[[nodiscard]] auto matmul_transposed_a(const ScaledArray<A, PA>& a, const ScaledArray<B, PB>& b)
+{
+    return matmul_scoped<Strategy, Out, true, false>(a, b);
+}
+
 }  // namespace detail
 
 /// a (M x K) times b (K x N). shape_error unless both are 2-D with matching inner dimensions.
@@ -166,20 +229,7 @@ template <class Strategy = default_scaling, class Out = void, class A, class PA,
     requires(!tensor_core::AccumulationModel<std::remove_cvref_t<Buffer>>)
 [[nodiscard]] auto matmul(const ScaledArray<A, PA>& a, const ScaledArray<B, PB>& b, Buffer&& buffer = {})
 {
-    using h100 = tensor_core::operand_gemm_t<tensor_core::h100_cublaslt_fp8, A, B>;
-    using h100_fast = tensor_core::operand_gemm_t<tensor_core::h100_cublaslt_fp8_fast, A, B>;
-    if constexpr (std::is_void_v<h100> && std::is_void_v<h100_fast>) {
-        return detail::matmul_with<Strategy, Out, void>(a, b, std::forward<Buffer>(buffer));  // no model covers A x B
-    } else {
-        switch (tensor_core::current_accumulation()) {
-        case tensor_core::accumulation::h100:
-            return detail::matmul_with<Strategy, Out, h100>(a, b, std::forward<Buffer>(buffer));
-        case tensor_core::accumulation::h100_fast:
-            return detail::matmul_with<Strategy, Out, h100_fast>(a, b, std::forward<Buffer>(buffer));
-        case tensor_core::accumulation::exact: break;
-        }
-        return detail::matmul_with<Strategy, Out, void>(a, b, std::forward<Buffer>(buffer));
-    }
+    return detail::matmul_scoped<Strategy, Out>(a, b, std::forward<Buffer>(buffer));
 }
 
 /// matmul accumulating as Model says for this call, whatever the thread's scope:

@@ -113,8 +113,8 @@ void require_same_shape(const char* op, const A& a, const B& b)
 template <class Strategy = default_scaling, class Out = void, class G, class PG, class A, class PA, class B, class PB>
 [[nodiscard]] auto matmul_vjp(const ScaledArray<G, PG>& g, const ScaledArray<A, PA>& a, const ScaledArray<B, PB>& b)
 {
-    auto ga = matmul<Strategy, Out>(g, transpose(b));
-    auto gb = matmul<Strategy, Out>(transpose(a), g);
+    auto ga = detail::matmul_transposed_b<Strategy, Out>(g, b);  // g.b^T, b read transposed in place
+    auto gb = detail::matmul_transposed_a<Strategy, Out>(a, g);  // a^T.g
     return vjp_pair<decltype(ga), decltype(gb)>{std::move(ga), std::move(gb)};
 }
 
