@@ -379,7 +379,9 @@ template <class T, class P>
     const T* in = a.data().data();
     T* out = data.data();
     const C k = static_cast<C>(1.0 / double(factor));
-    for (std::size_t i = 0; i < a.size(); ++i) out[i] = detail::store<T>(detail::load(in[i]) * k);
+    detail::parallel_ranges(a.size(), [in, out, k](std::size_t, std::size_t begin, std::size_t end) {
+        for (std::size_t i = begin; i < end; ++i) out[i] = detail::store<T>(detail::load(in[i]) * k);
+    });
     return ScaledArray<T, P>(std::move(data), static_cast<float>(scale));
 }
 
@@ -389,15 +391,21 @@ template <ScaledElement U, RoundingPolicy Rounding = round_nearest_even, Saturat
     requires DeterministicRounding<Rounding>
 [[nodiscard]] ScaledArray<U, P> cast(const ScaledArray<T, P>& a)
 {
-    xt::xarray<U> data = xt::xarray<U>::from_shape(a.shape());
     if constexpr (std::same_as<U, T>) {
-        data = a.data();
-    } else if constexpr (EncodedFloat<U>) {
-        convert_n<U, Rounding, Saturation>(std::span<const T>(a.data().data(), a.size()), std::span<U>(data.data(), a.size()));
+        return ScaledArray<U, P>(a.data(), a.scale());
     } else {
-        for (std::size_t i = 0; i < a.size(); ++i) data.data()[i] = static_cast<U>(detail::load(a.data().data()[i]));
+        xt::xarray<U> data = xt::xarray<U>::from_shape(a.shape());
+        const T* in = a.data().data();
+        U* out = data.data();
+        detail::parallel_ranges(a.size(), [in, out](std::size_t, std::size_t begin, std::size_t end) {
+            if constexpr (EncodedFloat<U>) {
+                convert_n<U, Rounding, Saturation>(std::span<const T>(in + begin, end - begin), std::span<U>(out + begin, end - begin));
+            } else {
+                for (std::size_t i = begin; i < end; ++i) out[i] = static_cast<U>(detail::load(in[i]));
+            }
+        });
+        return ScaledArray<U, P>(std::move(data), a.scale());
     }
-    return ScaledArray<U, P>(std::move(data), a.scale());
 }
 
 /// Stochastic cast: element i rounds with the counter-based random bits at (seed, i), so the

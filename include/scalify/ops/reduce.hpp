@@ -58,6 +58,30 @@ template <class C, class T, class Shape, class Combine>
     const std::size_t rank = shape.size();
     const std::size_t n = element_count(shape);
     if (n == 0) return out;
+    // Reduced axes that are all leading (a bias gradient's column sum) or all trailing (a row
+    // sum): the same element order as the general walk below, in loops the compiler vectorises.
+    const std::size_t reduced = plan.axes.size();
+    const bool leading = reduced > 0 && plan.axes.back() == reduced - 1;
+    const bool trailing = reduced > 0 && plan.axes.front() == rank - reduced;
+    if (leading) {
+        const std::size_t width = out.size(), rows = n / width;
+        C* o = out.data();
+        for (std::size_t r = 0; r < rows; ++r) {
+            const T* row = data + r * width;
+            for (std::size_t j = 0; j < width; ++j) o[j] = combine(o[j], load(row[j]));
+        }
+        return out;
+    }
+    if (trailing) {
+        const std::size_t width = n / out.size();
+        for (std::size_t r = 0; r < out.size(); ++r) {
+            const T* row = data + r * width;
+            C acc = out[r];
+            for (std::size_t j = 0; j < width; ++j) acc = combine(acc, load(row[j]));
+            out[r] = acc;
+        }
+        return out;
+    }
     // Output stride of each input axis (0 for reduced axes).
     std::vector<std::size_t> out_stride(rank, 0);
     std::size_t stride = 1;

@@ -3,6 +3,7 @@
 /// The shared last step of every scaled op: ask the strategy for the output scale, then store
 /// raw * natural / scale into the output type in one loop. Internal; ops use it.
 
+#include <scalify/detail/parallel.hpp>
 #include <scalify/scaled_array.hpp>
 #include <scalify/strategy/scaling.hpp>
 
@@ -100,22 +101,30 @@ template <class Op, class Strategy, ScalePolicy Policy, ScaledElement Out, class
             return;
         }
         const auto factor = make_factor<C>(static_cast<double>(request.natural) / static_cast<double>(scale));
-        if (factor.low == C(1)) {
-            const C k = factor.high;  // the usual case: one multiplication, in a loop of its own
-            for (std::size_t i = 0; i < n; ++i) out[i] = store<Out>(source(i) * k);
-        } else {
-            for (std::size_t i = 0; i < n; ++i) out[i] = store<Out>(factor.apply(source(i)));
-        }
+        parallel_ranges(n, [&, source](std::size_t, std::size_t begin, std::size_t end) {
+            if (factor.low == C(1)) {
+                const C k = factor.high;  // the usual case: one multiplication, in a loop of its own
+                for (std::size_t i = begin; i < end; ++i) out[i] = store<Out>(source(i) * k);
+            } else {
+                for (std::size_t i = begin; i < end; ++i) out[i] = store<Out>(factor.apply(source(i)));
+            }
+        });
     };
 
     if constexpr (Strategy::needs_amax) {
         std::vector<C> raw(n);
+        std::vector<C> range_amax(parallel_range_count(n), C(0));
+        parallel_ranges(n, [&](std::size_t range, std::size_t begin, std::size_t end) {
+            C amax = C(0);
+            for (std::size_t i = begin; i < end; ++i) {
+                raw[i] = raw_at(i);
+                const C magnitude = std::abs(raw[i]);
+                amax = magnitude > amax ? magnitude : amax;  // NaN never wins
+            }
+            range_amax[range] = amax;
+        });
         C amax = C(0);
-        for (std::size_t i = 0; i < n; ++i) {
-            raw[i] = raw_at(i);
-            const C magnitude = std::abs(raw[i]);
-            amax = magnitude > amax ? magnitude : amax;  // NaN never wins
-        }
+        for (const C m : range_amax) amax = m > amax ? m : amax;
         request.raw_amax = static_cast<float>(amax);
         const float scale =
             checked_output_scale<Policy>(scaling_traits<Op, Strategy>::template output_scale<Policy>(request), op, request);
@@ -152,6 +161,20 @@ template <class T, class Shape>
 [[nodiscard]] const xt::xarray<T>& broadcast_to(const xt::xarray<T>& x, const Shape& shape, xt::xarray<T>& storage)
 {
     if (x.shape().size() == shape.size() && std::equal(x.shape().begin(), x.shape().end(), shape.begin())) return x;
+    // The common case, a bias row over a batch: x's shape (after dropping leading 1s) is a suffix
+    // of `shape`, so the result is x's data repeated; block copies instead of strided assignment.
+    std::size_t skip = 0;
+    while (skip < x.shape().size() && x.shape()[skip] == 1) ++skip;
+    const std::size_t kept = x.shape().size() - skip;
+    if (kept <= shape.size() && std::equal(x.shape().begin() + static_cast<std::ptrdiff_t>(skip), x.shape().end(),
+                                           shape.end() - static_cast<std::ptrdiff_t>(kept))) {
+        storage = xt::xarray<T>::from_shape(shape);
+        const std::size_t block = x.size();
+        T* out = storage.data();
+        if (block != 0)
+            for (std::size_t at = 0; at < storage.size(); at += block) std::copy_n(x.data(), block, out + at);
+        return storage;
+    }
     storage = xt::broadcast(x, shape);
     return storage;
 }

@@ -1,0 +1,53 @@
+#pragma once
+/// \file parallel.hpp
+/// Element-wise loops split across OpenMP threads when the program is built with OpenMP and the
+/// loop is long enough to pay for the fork. Each thread takes one contiguous range and a range's
+/// partial results are combined in range order, so results never depend on the thread count.
+
+#include <algorithm>
+#include <cstddef>
+
+#if defined(_OPENMP)
+#include <omp.h>
+#endif
+
+namespace scalify::detail {
+
+/// Elements per range below which a loop stays on the calling thread (about 10 us of simple work:
+/// an OpenMP fork and join costs a few microseconds).
+inline constexpr std::size_t parallel_grain = std::size_t{1} << 15;
+
+/// How many ranges parallel_ranges splits `count` elements into (1 without OpenMP, inside a
+/// parallel region, or for short loops).
+[[nodiscard]] inline std::size_t parallel_range_count(std::size_t count) noexcept
+{
+#if defined(_OPENMP)
+    if (count < 2 * parallel_grain || omp_in_parallel()) return 1;
+    return std::max<std::size_t>(1, std::min<std::size_t>(count / parallel_grain, static_cast<std::size_t>(omp_get_max_threads())));
+#else
+    (void)count;
+    return 1;
+#endif
+}
+
+/// body(range, begin, end) for the parallel_range_count(count) contiguous ranges covering
+/// [0, count), concurrently when there are several. body must not throw.
+template <class Body>
+void parallel_ranges(std::size_t count, Body&& body)
+{
+    const std::size_t ranges = parallel_range_count(count);
+    if (ranges == 1) {
+        body(std::size_t{0}, std::size_t{0}, count);
+        return;
+    }
+#if defined(_OPENMP)
+    const auto n = static_cast<std::ptrdiff_t>(ranges);
+#pragma omp parallel for schedule(static) num_threads(static_cast<int>(ranges))
+    for (std::ptrdiff_t r = 0; r < n; ++r) {
+        const auto range = static_cast<std::size_t>(r);
+        body(range, count * range / ranges, count * (range + 1) / ranges);
+    }
+#endif
+}
+
+}  // namespace scalify::detail
