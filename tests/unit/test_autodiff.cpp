@@ -323,6 +323,9 @@ TEST_CASE("misuse of the autodiff layer is a typed error naming what went wrong"
         tape.backward(y, A(xt::ones<float>({3, 3}), 1.0f));  // with a seed it works
         CHECK(tape.gradient_of(p).scale() == 2.0f);
         CHECK_THROWS_AS(tape.backward(y, A(xt::ones<float>({2}), 1.0f)), shape_error);
+        const auto taken = tape.take_gradient(p);  // moved out: the tape keeps none
+        CHECK(taken.scale() == 2.0f);
+        CHECK_THROWS_WITH(tape.gradient_of(p), Catch::Contains("gradient was taken"));
     }
     SECTION("a parameter that is not part of the graph")
     {

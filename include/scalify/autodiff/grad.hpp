@@ -203,7 +203,7 @@ template <class Strategy = default_scaling, class F, class... Params>
     auto read = [&](const auto& leaf) -> gradient<P> {
         ++position;
         try {
-            return recording.gradient_of(leaf);
+            return recording.take_gradient(leaf);  // the tape dies here: move, do not copy
         } catch (const autodiff_error&) {
             SCALIFY_THROW(autodiff_error(fmt::format(
                 "value_and_grad: parameter leaf {} (shape {}) is not part of the graph: the result does not depend on it",

@@ -60,28 +60,46 @@ decltype(auto) with_dtype(dtype type, F&& f)
     }
     return std::forward<F>(f).template operator()<float>();
 }
-/// The same value as `a`, rebalanced for a cast to F under `scaling` (see cast_scaling). The
-/// factor is a power of two, so nothing rounds; an all-zero, zero-scale or non-finite array is
-/// left as it is.
+/// The power of two a cast to F under `scaling` moves from the data into the scale (see
+/// cast_scaling); 1 when nothing moves: propagated scaling, an all-zero, zero-scale or non-finite
+/// array, or a factor the scale cannot take.
 template <ScaledElement F, class T, ScalePolicy P>
-[[nodiscard]] ScaledArray<T, P> rescale_for_cast(const ScaledArray<T, P>& a, cast_scaling scaling)
+[[nodiscard]] float rescale_power_for_cast(const ScaledArray<T, P>& a, cast_scaling scaling)
 {
-    if (scaling == cast_scaling::propagated || a.scale() == 0.0f) return a;
+    if (scaling == cast_scaling::propagated || a.scale() == 0.0f) return 1.0f;
     double factor = 0.0;
     if (scaling == cast_scaling::unscaled) {
         factor = 1.0 / double(a.scale());
     } else {
         double amax = 0.0;
         for (const auto& x : a.data()) amax = std::max(amax, std::abs(double(scalify::detail::load(x))));
-        if (!(amax > 0.0) || !std::isfinite(amax)) return a;
+        if (!(amax > 0.0) || !std::isfinite(amax)) return 1.0f;
         factor = amax / double(std::numeric_limits<F>::max());
     }
     const float pow2 = pow2_round_up(static_cast<float>(factor));
-    if (!(pow2 > 0.0f) || !std::isfinite(pow2) || pow2 == 1.0f ||
-        !(double(a.scale()) * pow2 <= double(std::numeric_limits<float>::max()))) {
-        return a;
+    if (!(pow2 > 0.0f) || !std::isfinite(pow2) || !(double(a.scale()) * pow2 <= double(std::numeric_limits<float>::max()))) {
+        return 1.0f;
     }
-    return scalify::rebalance_scale(a, pow2);
+    return pow2;
+}
+
+/// The same value as `a`, rebalanced for a cast to F under `scaling` (see cast_scaling). The
+/// factor is a power of two, so nothing rounds.
+template <ScaledElement F, class T, ScalePolicy P>
+[[nodiscard]] ScaledArray<T, P> rescale_for_cast(const ScaledArray<T, P>& a, cast_scaling scaling)
+{
+    const float pow2 = rescale_power_for_cast<F>(a, scaling);
+    return pow2 == 1.0f ? a : scalify::rebalance_scale(a, pow2);
+}
+
+/// cast<F> (nearest even, saturating) of rescale_for_cast<F>(a, scaling), without copying `a`
+/// when nothing is rebalanced (the propagated recipe: every cast of a training step).
+template <ScaledElement F, class T, ScalePolicy P>
+[[nodiscard]] ScaledArray<F, P> recipe_cast_array(const ScaledArray<T, P>& a, cast_scaling scaling)
+{
+    const float pow2 = rescale_power_for_cast<F>(a, scaling);
+    if (pow2 == 1.0f) return scalify::cast<F, round_nearest_even, saturate_finite>(a);
+    return scalify::cast<F, round_nearest_even, saturate_finite>(scalify::rebalance_scale(a, pow2));
 }
 
 }  // namespace detail

@@ -396,11 +396,23 @@ public:
         }
         if (node->grad.empty()) {
             SCALIFY_THROW(autodiff_error(fmt::format(
-                "tape::gradient_of: the parameter of shape {} (node {}) is not part of the graph: the output does "
-                "not depend on it",
+                "tape::gradient_of: the parameter of shape {} (node {}) has no gradient: the output does not "
+                "depend on it, or its gradient was taken",
                 shape_string(parameter.shape()), node->index)));
         }
         return node->grad;
+    }
+
+    /// gradient_of, moved out of the tape instead of copied (afterwards the tape holds none for
+    /// this parameter: a second take or gradient_of is an autodiff_error).
+    template <ScaledElement T, class Strategy>
+    [[nodiscard]] gradient<P> take_gradient(const var<T, P, Strategy>& parameter)
+    {
+        (void)gradient_of(parameter);  // the same checks
+        auto& held = own_node(parameter, "tape::take_gradient")->grad;
+        gradient<P> out = std::move(held);
+        held = {};
+        return out;
     }
 
 private:
