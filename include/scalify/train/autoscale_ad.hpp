@@ -161,19 +161,22 @@ private:
         }();
         ScaledArray<G, P> gx;
         ScaledArray<W, P> gw;
+        // The transposed operands are read in place (matmul_vjp's products), never copied.
         if (need_x) {
-            const any_scaled_array<P> w8t = transposed<F>(w8);
             gx = ctx.template apply<G>(m_grad_x, [&]<class St>(strategy_tag<St>) {
                 return detail::visit_operand<G>(g8, [&](const auto& ga) {
-                    return detail::visit_operand<F>(w8t, [&](const auto& wt) { return scalify::matmul<St, float>(ga, wt); });
+                    return detail::visit_operand<F>(w8, [&](const auto& wa) {
+                        return scalify::detail::matmul_transposed_b<St, float>(ga, wa);
+                    });
                 });
             });
         }
         if (need_w) {
-            const any_scaled_array<P> x8t = transposed<F>(x8);
             gw = ctx.template apply<W>(m_grad_w, [&]<class St>(strategy_tag<St>) {
-                return detail::visit_operand<F>(x8t, [&](const auto& xa_t) {
-                    return detail::visit_operand<G>(g8, [&](const auto& ga) { return scalify::matmul<St, float>(xa_t, ga); });
+                return detail::visit_operand<F>(x8, [&](const auto& xa) {
+                    return detail::visit_operand<G>(g8, [&](const auto& ga) {
+                        return scalify::detail::matmul_transposed_a<St, float>(xa, ga);
+                    });
                 });
             });
         }
@@ -189,12 +192,6 @@ private:
                                                   shape_string(x.shape()), shape_string(w.shape()))));
         }
     }
-    template <ScaledElement E>
-    [[nodiscard]] static any_scaled_array<P> transposed(const any_scaled_array<P>& a)
-    {
-        return detail::visit_operand<E>(a, [](const auto& array) -> any_scaled_array<P> { return scalify::transpose(array); });
-    }
-
     scaling_context<P>* m_context;
     op_handle m_x, m_w, m_y, m_g, m_grad_x, m_grad_w;
 };
