@@ -12,6 +12,7 @@
 //   fashion_mnist --mode M --epochs N --loss-weight W --seed S [--accumulate exact|h100|h100-fast]
 //                 [--train-limit N] [--data DIR] [--min-accuracy A] [--max-accuracy A]
 //                 [--autoscale-history FILE]   (fp8-autoscale: the scale history as CSV)
+//                 [--autoscale-strategy on-off|conservative]   (fp8-autoscale; default on-off)
 //
 // --accumulate picks how the fp8 matmuls (forward and backward) accumulate: exact float32
 // (default), or the H100's tensor cores as cuBLASLt runs them (h100: partial sums promoted to
@@ -46,6 +47,7 @@ struct options {
     double min_accuracy = 0.0;
     double max_accuracy = 1.0;  ///< for checks that a run collapses
     std::string autoscale_history;  ///< fp8-autoscale: write the scale history here (CSV)
+    bool autoscale_conservative = false;  ///< fp8-autoscale: every op on (the default strategy) instead of on_off
 };
 
 double correct_predictions(const xt::xarray<float>& logits, const std::vector<std::uint8_t>& labels, std::size_t offset)
@@ -88,7 +90,7 @@ int train(const options& opt, const mode& m)
     const tensor_core::accumulation_scope<> accumulation(opt.accumulate);
     constexpr std::size_t batch = 128;
     const ad::sgd optimizer(0.1 / opt.loss_weight);
-    auto autoscaling = autoscale_context();
+    auto autoscaling = autoscale_context(opt.autoscale_conservative);
     constexpr bool autoscaled = std::same_as<Strategy, autoscale_strategy>;
     auto* const context = autoscaled ? &autoscaling : nullptr;
     std::mt19937 shuffle_rng(opt.seed + 1);
@@ -171,6 +173,11 @@ int main(int argc, char** argv)
             else if (flag == "--min-accuracy") opt.min_accuracy = std::stod(value);
             else if (flag == "--max-accuracy") opt.max_accuracy = std::stod(value);
             else if (flag == "--autoscale-history") opt.autoscale_history = value;
+            else if (flag == "--autoscale-strategy") {
+                if (value != "on-off" && value != "conservative")
+                    throw std::runtime_error("--autoscale-strategy must be on-off or conservative, got " + value);
+                opt.autoscale_conservative = value == "conservative";
+            }
             else throw std::runtime_error("unknown option " + flag);
         }
         if (!(opt.loss_weight > 0.0) || !std::isfinite(opt.loss_weight)) throw std::runtime_error("--loss-weight must be > 0");

@@ -177,9 +177,11 @@ inline const mode& find_mode(std::string_view name)
 /// E5M2 cotangents and input gradients, float32 products and weight gradients) of a scaling context.
 using autoscale_strategy = autoscale::autoscaled<unit_scaling>;
 
-/// fp8-autoscale's context: the design's on/off example, on_off(1/3, 1/20), after 10 analysis steps.
-inline autoscale::scaling_context<pow2_scale> autoscale_context()
+/// fp8-autoscale's context: the design's on/off example, on_off(1/3, 1/20), after 10 analysis
+/// steps; or the conservative default (every op re-measured at every use), for comparison.
+inline autoscale::scaling_context<pow2_scale> autoscale_context(bool conservative = false)
 {
+    if (conservative) return {autoscale::context_config{}, autoscale::conservative{}};
     return {autoscale::context_config{}, autoscale::on_off(1.0 / 3, 1.0 / 20)};
 }
 

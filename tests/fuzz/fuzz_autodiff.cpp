@@ -55,6 +55,13 @@ void run(fuzz::reader& in)
         !testing::same_bits(tape.gradient_of(vc), hand.c) || !testing::same_bits(tape.gradient_of(vbias), hand.bias)) {
         fuzz::fail("autodiff gradient differs from the hand-composed backward rules");
     }
+    // take_gradient moves the same gradient out, and the tape then holds none.
+    if (!testing::same_bits(tape.take_gradient(va), hand.a)) fuzz::fail("take_gradient differs from gradient_of");
+    try {
+        (void)tape.gradient_of(va);
+        fuzz::fail("gradient_of after take_gradient did not throw");
+    } catch (const autodiff_error&) {
+    }
 
     // Misuse: a non-scalar output (a one-element output is a scalar), an escaped var.
     if (vc.size() > 1) {
