@@ -157,10 +157,17 @@ void binary_ops(reader& in, std::mt19937& rng)
     const auto constant = make_scaled_array(xt::xarray<float>{c}, 1.0f);
     const auto g = unit_normal(rng, shape, pow2_in(in, -10, 10));
     check_rms("add", add<unit>(a, b));
-    check_rms("sub, broadcast", sub<unit>(a, row));
+    // The row's few samples dominate a short broadcast (one column: the RMS of a - r or a * r
+    // depends on one draw r), so its RMS is a statistic only for long rows; found by the fuzzer
+    // with 1 column (input kept in the corpus as short-broadcast-row).
+    const auto check_broadcast = [&](const char* what, const auto& result) {
+        if (shape[1] >= 256) check_rms(what, result);
+        else check_valid(result);
+    };
+    check_broadcast("sub, broadcast", sub<unit>(a, row));
     check_rms("add, one element", add<unit>(constant, a));
     check_rms("mul", mul<unit>(a, b));
-    check_rms("mul, broadcast", mul<unit>(row, a));
+    check_broadcast("mul, broadcast", mul<unit>(row, a));
     check_rms("mul, one element", mul<unit>(a, constant));
     check_rms("add_vjp", add_vjp<unit>(g, a.shape(), a.shape()).first);
     check_rms("add_vjp, broadcast", add_vjp<unit>(g, a.shape(), row.shape()).second);
