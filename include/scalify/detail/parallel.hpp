@@ -50,4 +50,18 @@ void parallel_ranges(std::size_t count, Body&& body)
 #endif
 }
 
+/// body(i) for i in [0, count), one task per index across the OpenMP threads (for heavy tasks
+/// such as a tensor-core model's output rows; no grain).
+template <class Body>
+void parallel_for(std::size_t count, Body&& body)
+{
+#if defined(_OPENMP)
+    const auto n = static_cast<std::ptrdiff_t>(count);
+#pragma omp parallel for schedule(static) if (n > 1)
+    for (std::ptrdiff_t i = 0; i < n; ++i) body(static_cast<std::size_t>(i));
+#else
+    for (std::size_t i = 0; i < count; ++i) body(i);
+#endif
+}
+
 }  // namespace scalify::detail

@@ -16,6 +16,7 @@
 /// a NaN or inf code reaches) runs the reference engine of dot.hpp per output.
 /// M, N or K of 0: an M x N result, all +0 when K = 0.
 
+#include <scalify/detail/parallel.hpp>
 #include <scalify/error.hpp>
 #include <scalify/scaled_array.hpp>
 #include <scalify/tensor_core/dot.hpp>
@@ -60,19 +61,6 @@ template <GemmModel Model, class TA, class TB>
     }
     if constexpr (interval == 0) return partial;
     else return in_group != 0 ? total + partial : total;
-}
-
-/// Runs body(i) for i in [0, count), across OpenMP threads when the program is built with OpenMP.
-template <class Body>
-void parallel_for(std::size_t count, Body&& body)
-{
-#if defined(_OPENMP)
-    const auto n = static_cast<std::ptrdiff_t>(count);
-#pragma omp parallel for schedule(static) if (n > 1)
-    for (std::ptrdiff_t i = 0; i < n; ++i) body(static_cast<std::size_t>(i));
-#else
-    for (std::size_t i = 0; i < count; ++i) body(i);
-#endif
 }
 
 // ---- the vectorised path ----------------------------------------------------------------------
@@ -339,7 +327,7 @@ template <GemmModel Model, class TA, class TB>
     const auto* ae = a_exp.data();
     const auto* bs = b_sig.data();
     const auto* be = b_exp.data();
-    parallel_for(blocks * m, [=](std::size_t task) {
+    scalify::detail::parallel_for(blocks * m, [=](std::size_t task) {
         const std::size_t block = task / m, i = task % m;
         const std::size_t j0 = block * W;
         lane_chain<Model, Plan>(as + i * k, ae + i * k, bs + block * k * W, be + block * k * W, k, out + i * n + j0,
@@ -368,7 +356,7 @@ void gemm_reference(const TA* a, const TB* b, std::size_t m, std::size_t k, std:
     std::vector<TB> bt(n * k);  // B transposed: each output's column contiguous
     for (std::size_t p = 0; p < k; ++p)
         for (std::size_t j = 0; j < n; ++j) bt[j * k + p] = b[p * n + j];
-    parallel_for(m * n, [&](std::size_t i) { out[i] = chain_reference<Model>(a + (i / n) * k, bt.data() + (i % n) * k, k); });
+    scalify::detail::parallel_for(m * n, [&](std::size_t i) { out[i] = chain_reference<Model>(a + (i / n) * k, bt.data() + (i % n) * k, k); });
 }
 
 /// out (M x N, row-major) = gemm<Model>(a (M x K), b (K x N)), both row-major and contiguous.
