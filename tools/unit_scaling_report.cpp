@@ -10,6 +10,8 @@
 // tables into docs/ops.md.
 //
 //   unit_scaling_report OUT_DIR
+#include "../tests/support/unit_weights.hpp"
+
 #include <scalify/scalify.hpp>
 
 #include <fmt/format.h>
@@ -212,16 +214,10 @@ std::vector<op_row> op_table()
 
 // ---- chains ----------------------------------------------------------------------------------
 
-/// Unit-variance weights (uniform +-sqrt(3), counter-based so that a layer can be regenerated
-/// instead of held) at scale 1/sqrt(K).
+/// Layer `layer`'s k x k unit-variance weights at scale 1/sqrt(k) (tests/support/unit_weights.hpp).
 array layer_weights(std::size_t layer, std::size_t k)
 {
-    const auto bits = detail::counter_random(7000 + layer).block(0);
-    xt::xarray<float> data = xt::xarray<float>::from_shape({k, k});
-    for (std::size_t i = 0; i < data.size(); ++i) {
-        data.data()[i] = (static_cast<float>(bits(static_cast<std::uint32_t>(i))) * 0x1p-32f * 2.0f - 1.0f) * 1.7320508f;
-    }
-    return array(std::move(data), 1.0f / std::sqrt(static_cast<float>(k)));
+    return testing::unit_weights<float_scale>(7000 + layer, k, k);
 }
 
 struct chain {

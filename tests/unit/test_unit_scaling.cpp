@@ -3,6 +3,8 @@
 // 16-layer relu / gelu MLPs and an e4m3fn residual stream stay within 0.5 ... 2 at every layer;
 // fp8 casts of softmax and cross-entropy gradients keep their values; the pow2 tie rule; gradient
 // tags are specialisable. Fixed seeds throughout.
+#include "../support/unit_weights.hpp"
+
 #include <scalify/scalify.hpp>
 
 #include <catch2/catch.hpp>
@@ -242,16 +244,11 @@ TEST_CASE("unit_scaling: fp8 casts of softmax (L = 16384, e4m3fn) and the cross-
 
 namespace {
 
-/// i.i.d. unit-variance weight data (uniform on +-sqrt(3), counter-based: cheap and reproducible)
-/// of a fan_in x fan_out layer, at scale 1/sqrt(fan_in): values of variance 1/fan_in.
+/// Layer `layer`'s fan_in x fan_out unit-variance weights at scale 1/sqrt(fan_in): values of
+/// variance 1/fan_in (tests/support/unit_weights.hpp).
 array layer_weights(std::size_t layer, std::size_t fan_in, std::size_t fan_out)
 {
-    const auto bits = detail::counter_random(1000 + layer).block(0);
-    xt::xarray<float> data = xt::xarray<float>::from_shape({fan_in, fan_out});
-    for (std::size_t i = 0; i < data.size(); ++i) {
-        data.data()[i] = (static_cast<float>(bits(static_cast<std::uint32_t>(i))) * 0x1p-32f * 2.0f - 1.0f) * 1.7320508f;
-    }
-    return array(std::move(data), 1.0f / std::sqrt(static_cast<float>(fan_in)));
+    return testing::unit_weights<float_scale>(1000 + layer, fan_in, fan_out);
 }
 
 /// Data RMS of every layer's activation and weight gradient in an MLP x <- act(x W).
