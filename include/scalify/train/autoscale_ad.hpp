@@ -8,7 +8,7 @@
 ///     <name>.w       cast of the weight to F           grad_x = g8 @ w8^T  (scale g8.scale * w8.scale * prop_grad_x)
 ///     <name>.y       forward product                   grad_w = x8^T @ g8  (scale x8.scale * g8.scale * prop_grad_w)
 ///     <name>.g       cast of the cotangent to G
-///     <name>.grad_x  input gradient, stored in G
+///     <name>.grad_x  input gradient, stored in X
 ///     <name>.grad_w  weight gradient, stored in W
 ///
 /// Because every multiplier sits on top of the scales its inputs carry, a drop of one gradient's
@@ -22,7 +22,7 @@
 /// compile time. After analysis, everything runs in F / G with the held multipliers.
 ///
 ///     autoscale::scaling_context<pow2_scale> ctx({}, autoscale::on_off(1.0 / 3, 1.0 / 20));
-///     autoscale::graph_linear<float8_e4m3fn, float8_e5m2, float, float> fc1(ctx, "fc1");
+///     autoscale::graph_linear<float8_e4m3fn, float8_e5m2, float, float, float> fc1(ctx, "fc1");
 ///     auto [loss, grads] = ad::value_and_grad([&](const auto& p) {
 ///         return ad::softmax_cross_entropy(fc1(x, p.w1) + p.b1, labels);
 ///     }, params);
@@ -75,15 +75,18 @@ template <class S, class X>
 }  // namespace detail
 
 /// A scaled Linear for autodiff graphs: y = x @ w with the six ops above. F: the forward operands'
-/// type; G: the type of the cotangent operand and of grad_x; Y: y's type (F by default; float keeps
-/// the product in float32, as fp8 recipes usually do); W: grad_w's type (G by default; float for
-/// float32 master weights). The layer holds no weight: it is a parameter of the graph.
+/// type; G: the cotangent operand's type; Y: y's type (F by default; float keeps the product in
+/// float32, as fp8 recipes usually do); W: grad_w's type (G by default; float for float32 master
+/// weights); X: grad_x's type (G by default; float keeps the element-wise backward ops between two
+/// layers, an activation's and a bias's, in float32, and the next layer's .g op casts to G, as Y =
+/// float does forward). The layer holds no weight: it is a parameter of the graph.
 template <ScaledElement F = float8_e4m3fn, ScaledElement G = float8_e5m2, ScaledElement Y = F, ScaledElement W = G,
-          ScalePolicy P = pow2_scale>
+          ScaledElement X = G, ScalePolicy P = pow2_scale>
 class graph_linear {
     static_assert(RuntimeDtype<F> && RuntimeDtype<G>,
                   "graph_linear: F and G must be float, Eigen::half, Eigen::bfloat16 or an fp8 type");
-    static_assert(ad::GradientElement<Y> && ad::GradientElement<W>, "graph_linear: Y and W must be gradient element types");
+    static_assert(ad::GradientElement<Y> && ad::GradientElement<W> && ad::GradientElement<X>,
+                  "graph_linear: Y, W and X must be gradient element types");
 
 public:
     using policy = P;
@@ -118,13 +121,13 @@ public:
     }
 
     /// A ScaledArray operand next to a var is a constant (no gradient flows into it).
-    template <class X, class V>
-        requires(detail::is_var_v<X> != detail::is_var_v<V>) && (detail::is_var_v<X> || AnyScaledArray<X>) &&
-                (detail::is_var_v<V> || AnyScaledArray<V>)
-    [[nodiscard]] auto operator()(const X& x, const V& w)
+    template <class In, class Weight>
+        requires(detail::is_var_v<In> != detail::is_var_v<Weight>) && (detail::is_var_v<In> || AnyScaledArray<In>) &&
+                (detail::is_var_v<Weight> || AnyScaledArray<Weight>)
+    [[nodiscard]] auto operator()(const In& x, const Weight& w)
     {
-        using S = std::conditional_t<detail::is_var_v<X>, typename detail::var_strategy<X>::type,
-                                     typename detail::var_strategy<V>::type>;
+        using S = std::conditional_t<detail::is_var_v<In>, typename detail::var_strategy<In>::type,
+                                     typename detail::var_strategy<Weight>::type>;
         return (*this)(detail::as_var<S>(x), detail::as_var<S>(w));
     }
 
@@ -147,9 +150,9 @@ public:
 
 private:
     /// The backward products: the cotangent cast to G (op .g, skipped when it already is G), then
-    /// grad_x = g @ w8^T (op .grad_x, stored in G) and grad_w = x8^T @ g (op .grad_w, stored in W).
+    /// grad_x = g @ w8^T (op .grad_x, stored in X) and grad_w = x8^T @ g (op .grad_w, stored in W).
     template <class Gin>
-    [[nodiscard]] std::tuple<ScaledArray<G, P>, ScaledArray<W, P>> backward(scaling_context<P>& ctx,
+    [[nodiscard]] std::tuple<ScaledArray<X, P>, ScaledArray<W, P>> backward(scaling_context<P>& ctx,
                                                                             const ScaledArray<Gin, P>& g,
                                                                             const any_scaled_array<P>& x8,
                                                                             const any_scaled_array<P>& w8, bool need_x,
@@ -159,11 +162,11 @@ private:
             if constexpr (std::same_as<Gin, G>) return g;
             else return ctx.scale(m_g, g, dtype_of<G>);
         }();
-        ScaledArray<G, P> gx;
+        ScaledArray<X, P> gx;
         ScaledArray<W, P> gw;
         // The transposed operands are read in place (matmul_vjp's products), never copied.
         if (need_x) {
-            gx = ctx.template apply<G>(m_grad_x, [&]<class St>(strategy_tag<St>) {
+            gx = ctx.template apply<X>(m_grad_x, [&]<class St>(strategy_tag<St>) {
                 return detail::visit_operand<G>(g8, [&](const auto& ga) {
                     return detail::visit_operand<F>(w8, [&](const auto& wa) {
                         return scalify::detail::matmul_transposed_b<St, float>(ga, wa);
@@ -210,7 +213,7 @@ private:
 ///         auto [loss, grads] = ad::value_and_grad<S>(model, params);
 ///     }
 template <class Base = unit_scaling,
-          class Layer = graph_linear<float8_e4m3fn, float8_e5m2, float, float, pow2_scale>>
+          class Layer = graph_linear<float8_e4m3fn, float8_e5m2, float, float, float, pow2_scale>>
 struct autoscaled {
     static_assert(ScalingStrategy<Base>, "autoscaled: Base must be a scalify::ScalingStrategy");
     using base = Base;
