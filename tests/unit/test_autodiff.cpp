@@ -358,6 +358,36 @@ TEST_CASE("misuse of the autodiff layer is a typed error naming what went wrong"
     }
 }
 
+TEST_CASE("value_and_grad reads parameters in place; a parameter var that escapes keeps a copy", "[autodiff]")
+{
+    std::mt19937 rng(23);
+    using A = ScaledArray<float, float_scale>;
+    ad::var<float> escaped;
+    xt::xarray<float> original;
+    {
+        A w = random_array<float>(rng, {4, 3}, 0.5f);
+        original = w.value();
+        const auto [value, grads] = ad::value_and_grad(
+            [&](const auto& p) {
+                CHECK(p.value().data().data() == w.data().data());  // the parameter itself, not a copy
+                escaped = p;
+                return reduce_sum(p * p);
+            },
+            w);
+        CHECK((grads.template as<float>().value() == xt::xarray<float>(2.0f * original)));
+        CHECK(escaped.value().data().data() != w.data().data());  // copied when the tape died
+        w = A(xt::zeros<float>({4, 3}), 1.0f);
+    }  // w is gone; the escaped var reads its own copy
+    CHECK((escaped.value().value() == original));
+
+    A v = random_array<float>(rng, {5}, 2.0f);
+    ad::tape<float_scale> tape;
+    const auto pv = tape.watch_in_place(v);
+    CHECK(pv.value().data().data() == v.data().data());
+    tape.backward(reduce_sum(pv * 3.0));
+    CHECK((tape.gradient_of(pv).as<float>().value() == xt::xarray<float>(xt::ones<float>({5}) * 3.0f)));
+}
+
 TEST_CASE("custom_op records a user backward rule", "[autodiff]")
 {
     std::mt19937 rng(19);

@@ -173,7 +173,8 @@ struct value_and_grad_result {
 /// f(params as vars...) and the gradient of its scalar result with respect to every leaf of
 /// every parameter tree, each an ad::gradient<P> with its own propagated scale. Every op of f
 /// uses Strategy. autodiff_error when the result is not a scalar, or when it does not depend on
-/// a parameter (naming the parameter's position and shape).
+/// a parameter (naming the parameter's position and shape). The parameters are read in place,
+/// not copied: f must not modify them (a var of a parameter that f lets escape gets its own copy).
 template <class Strategy = default_scaling, class F, class... Params>
 [[nodiscard]] auto value_and_grad(F&& f, const Params&... params)
 {
@@ -182,7 +183,8 @@ template <class Strategy = default_scaling, class F, class... Params>
     using P = typename first::scale_policy;
 
     tape<P> recording;
-    auto watch = [&](const auto& leaf) { return recording.template watch<Strategy>(leaf); };
+    // The parameters are read in place (no copy per call): f must not change them.
+    auto watch = [&](const auto& leaf) { return recording.template watch_in_place<Strategy>(leaf); };
     // Braced initialisation evaluates left to right: parameters are watched in order.
     auto vars = std::tuple<decltype(detail::tree_map(params, watch))...>{detail::tree_map(params, watch)...};
     const auto output = std::apply(std::forward<F>(f), std::as_const(vars));

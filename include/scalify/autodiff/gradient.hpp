@@ -69,9 +69,10 @@ public:
         return std::holds_alternative<ScaledArray<G, P>>(m_array);
     }
 
-    /// f(const ScaledArray<G, P>&) for the type held; autodiff_error when empty.
+    /// f(const ScaledArray<G, P>&) for the type held (f(ScaledArray<G, P>&&) on an rvalue
+    /// gradient, which f may move from); autodiff_error when empty.
     template <class F>
-    decltype(auto) visit(F&& f) const
+    decltype(auto) visit(F&& f) const&
     {
         if (empty()) SCALIFY_THROW(autodiff_error("gradient::visit: the gradient is empty (nothing was sent back)"));
         return std::visit(
@@ -83,6 +84,20 @@ public:
                 }
             },
             m_array);
+    }
+    template <class F>
+    decltype(auto) visit(F&& f) &&
+    {
+        if (empty()) SCALIFY_THROW(autodiff_error("gradient::visit: the gradient is empty (nothing was sent back)"));
+        return std::visit(
+            [&](auto&& array) -> decltype(auto) {
+                if constexpr (std::same_as<std::remove_cvref_t<decltype(array)>, std::monostate>) {
+                    return std::forward<F>(f)(std::move(std::get<1>(m_array)));  // unreachable: checked above
+                } else {
+                    return std::forward<F>(f)(std::move(array));
+                }
+            },
+            std::move(m_array));
     }
 
     /// The gradient as element type U: a copy when it holds U, else a cast (nearest even).

@@ -550,12 +550,14 @@ template <class R, class S, class A, class B, class P>
 namespace detail {
 
 /// The operand side of a recipe: rebalanced for F (see cast_scaling), then cast to F
-/// (nearest even, saturating); the cotangent passes back unchanged.
+/// (nearest even, saturating); the cotangent passes back unchanged (moved, not copied).
 template <ScaledElement F, class T, class P, class S>
 [[nodiscard]] var<F, P, S> recipe_cast(const var<T, P, S>& x, cast_scaling scaling)
 {
-    return record_op<S>("matmul_precision_scope", recipe_cast_array<F>(x.value(), scaling),
-                        std::tuple{x}, [](const auto& g, const auto&, const auto&) { return std::tuple{g}; });
+    return record_op<S>("matmul_precision_scope", recipe_cast_array<F>(x.value(), scaling), std::tuple{x},
+                        []<class G>(G&& g, const auto&, const auto&) {
+                            return std::tuple<std::remove_cvref_t<G>>{std::forward<G>(g)};
+                        });
 }
 
 /// The cotangent side: identity forward; the cotangent is rebalanced for G and cast to G.

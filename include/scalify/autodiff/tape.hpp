@@ -55,18 +55,36 @@ struct node_base {
     node_base& operator=(const node_base&) = delete;
     virtual ~node_base() = default;
 
-    gradient<P> grad;                                  ///< accumulated cotangent of the value
-    std::function<void(const gradient<P>&)> backward;  ///< empty for parameters and constants
+    /// Stops reading a borrowed value (a copy is taken); see value_node.
+    virtual void own_value() {}
+
+    gradient<P> grad;                              ///< accumulated cotangent of the value
+    /// Gets the node's cotangent as an rvalue (the sweep has no further use for it), so a backward
+    /// rule that passes it on unchanged moves it; empty for parameters and constants.
+    std::function<void(gradient<P>&&)> backward;
     const void* tape = nullptr;                        ///< identity of the owning tape, if any
     std::size_t index = 0;                             ///< position on the tape
     bool requires_grad = false;
     bool watched = false;                              ///< a parameter: its gradient is kept
 };
 
+struct borrow_t {};
+
 template <ScaledElement T, ScalePolicy P, class Strategy>
 struct value_node final : node_base<P> {
-    explicit value_node(ScaledArray<T, P> v) : value(std::move(v)) {}
-    ScaledArray<T, P> value;
+    explicit value_node(ScaledArray<T, P> v) : m_own(std::move(v)) {}
+    /// A parameter read in place: value_and_grad's parameters outlive its tape, and the tape
+    /// makes every node that something else still holds own its value before it dies.
+    value_node(borrow_t, const ScaledArray<T, P>& v) : m_borrowed(&v) {}
+
+    [[nodiscard]] const ScaledArray<T, P>& value() const noexcept { return m_borrowed ? *m_borrowed : m_own; }
+    void own_value() override
+    {
+        if (m_borrowed) {
+            m_own = *m_borrowed;
+            m_borrowed = nullptr;
+        }
+    }
 
     /// Adds one consumer's cotangent. Equal types are summed by add<Strategy>; different types
     /// are first widened (exactly) to float, or double if either is double, which is what
@@ -74,11 +92,11 @@ struct value_node final : node_base<P> {
     template <ScaledElement G>
     void accumulate(ScaledArray<G, P> g)
     {
-        if (!std::equal(g.shape().begin(), g.shape().end(), value.shape().begin(), value.shape().end())) {
+        if (!std::equal(g.shape().begin(), g.shape().end(), value().shape().begin(), value().shape().end())) {
             SCALIFY_THROW(shape_error(fmt::format(
                 "backward: a cotangent of shape {} reached a value of shape {} (node {} of its tape): a custom "
                 "op's backward function returned the wrong shape",
-                shape_string(g.shape()), shape_string(value.shape()), this->index)));
+                shape_string(g.shape()), shape_string(value().shape()), this->index)));
         }
         if (this->grad.empty()) {
             this->grad = gradient<P>(std::move(g));
@@ -94,6 +112,10 @@ struct value_node final : node_base<P> {
             }
         });
     }
+
+private:
+    ScaledArray<T, P> m_own;
+    const ScaledArray<T, P>* m_borrowed = nullptr;
 };
 
 template <ScalePolicy P>
@@ -104,8 +126,11 @@ struct tape_state {
     ~tape_state()
     {
         // Backward functions share their inputs' nodes; dropping them breaks every link, so the
-        // nodes of vars that escaped keep only their own values.
+        // nodes of vars that escaped keep only their own values, copied if they were borrowed.
         for (auto& node : nodes) node->backward = nullptr;
+        for (auto& node : nodes) {
+            if (node.use_count() > 1) node->own_value();
+        }
     }
     std::vector<std::shared_ptr<node_base<P>>> nodes;
 };
@@ -144,7 +169,7 @@ public:
     [[nodiscard]] const ScaledArray<T, P>& value() const
     {
         if (!m_node) SCALIFY_THROW(autodiff_error("ad::var: the var is empty (default-constructed, never assigned)"));
-        return m_node->value;
+        return m_node->value();
     }
     [[nodiscard]] const auto& shape() const { return value().shape(); }
     [[nodiscard]] float scale() const { return value().scale(); }
@@ -252,10 +277,11 @@ template <class Strategy, ScaledElement T, ScalePolicy P, class... Inputs, class
     auto input_nodes = std::apply([](const auto&... in) { return std::make_tuple(var_access::node(in)...); }, inputs);
     // The closure lives in the node, so the raw pointer to it is valid whenever it runs.
     node->backward = [self = node.get(), input_nodes = std::move(input_nodes),
-                      backward = std::move(backward)](const gradient<P>& g) {
-        g.visit([&](const auto& cotangent) {
-            auto results = std::apply([&](const auto&... in) { return backward(cotangent, self->value, in->value...); },
-                                      input_nodes);
+                      backward = std::move(backward)](gradient<P>&& g) {
+        std::move(g).visit([&](auto&& cotangent) {
+            auto results = std::apply(
+                [&](const auto&... in) { return backward(std::move(cotangent), self->value(), in->value()...); },
+                input_nodes);
             static_assert(std::tuple_size_v<decltype(results)> == sizeof...(Inputs),
                           "custom_op: the backward function must return one cotangent (or ad::no_gradient) per input");
             [&]<std::size_t... I>(std::index_sequence<I...>) {
@@ -290,8 +316,8 @@ template <class Strategy, ScaledElement T, ScalePolicy P, ScaledElement I, class
     node->requires_grad = true;
     node->tape = state.get();
     node->index = state->nodes.size();
-    node->backward = [input_nodes = std::move(input_nodes), backward = std::move(backward)](const gradient<P>& g) {
-        g.visit([&](const auto& cotangent) {
+    node->backward = [input_nodes = std::move(input_nodes), backward = std::move(backward)](gradient<P>&& g) {
+        std::move(g).visit([&](const auto& cotangent) {
             for (std::size_t i = 0; i < input_nodes.size(); ++i) {
                 if (input_nodes[i]->requires_grad) input_nodes[i]->accumulate(backward(cotangent, i));
             }
@@ -337,13 +363,17 @@ public:
     template <class Strategy = default_scaling, ScaledElement T>
     [[nodiscard]] var<T, P, Strategy> watch(ScaledArray<T, P> array)
     {
-        auto node = std::make_shared<detail::value_node<T, P, Strategy>>(std::move(array));
-        node->requires_grad = true;
-        node->watched = true;
-        node->tape = m_state.get();
-        node->index = m_state->nodes.size();
-        m_state->nodes.push_back(node);
-        return detail::var_access::make(std::move(node), m_state);
+        return watched(std::make_shared<detail::value_node<T, P, Strategy>>(std::move(array)));
+    }
+
+
+    /// watch without copying: the var reads `array` in place for as long as the tape lives (a var
+    /// that outlives the tape gets a copy when the tape dies). `array` must outlive the tape and
+    /// not change while it lives: value_and_grad's parameters.
+    template <class Strategy = default_scaling, ScaledElement T>
+    [[nodiscard]] var<T, P, Strategy> watch_in_place(const ScaledArray<T, P>& array)
+    {
+        return watched(std::make_shared<detail::value_node<T, P, Strategy>>(detail::borrow_t{}, array));
     }
 
     /// Number of nodes recorded (parameters included).
@@ -363,8 +393,12 @@ public:
         for (std::size_t i = node->index + 1; i-- > 0;) {
             auto& n = *m_state->nodes[i];
             if (n.grad.empty() || !n.backward) continue;
-            n.backward(n.grad);
-            if (!n.watched) n.grad = {};  // an intermediate cotangent is dead once sent on
+            if (n.watched) {
+                n.backward(gradient<P>(n.grad));
+            } else {
+                n.backward(std::move(n.grad));
+                n.grad = {};  // an intermediate cotangent is dead once sent on
+            }
         }
     }
 
@@ -416,6 +450,17 @@ public:
     }
 
 private:
+    template <class T, class Strategy>
+    [[nodiscard]] var<T, P, Strategy> watched(std::shared_ptr<detail::value_node<T, P, Strategy>> node)
+    {
+        node->requires_grad = true;
+        node->watched = true;
+        node->tape = m_state.get();
+        node->index = m_state->nodes.size();
+        m_state->nodes.push_back(node);
+        return detail::var_access::make(std::move(node), m_state);
+    }
+
     template <ScaledElement T, class Strategy>
     const std::shared_ptr<detail::value_node<T, P, Strategy>>& own_node(const var<T, P, Strategy>& v, const char* op) const
     {
