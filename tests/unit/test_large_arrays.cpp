@@ -116,6 +116,28 @@ TEST_CASE("large element-wise ops, casts and reductions give the same bits on an
     }
 }
 
+TEST_CASE("float32 GEMMs give the same bits on any thread count", "[matmul][parallel]")
+{
+    // Eigen's parallel GEMM picks its depth blocking by thread count (sums of 512 and more
+    // products rounded differently on 1 and 2 threads); scalify's slabs keep the 1-thread order.
+    std::mt19937 rng(21);
+    using A = ScaledArray<float, pow2_scale>;
+    const std::vector<std::size_t> shapes[] = {{128, 784, 512}, {200, 1000, 130}, {97, 640, 301}, {30, 2048, 700}, {3, 900, 400}};
+    for (const auto& s : shapes) {
+        const std::size_t m = s[0], k = s[1], n = s[2];
+        INFO("M, K, N = " << m << ", " << k << ", " << n);
+        const A a(normal_data(rng, {m, k}), 0.5f), b(normal_data(rng, {k, n}), 2.0f), g(normal_data(rng, {m, n}), 1.0f);
+        (void)on_any_thread_count([&] { return matmul<unit_scaling>(a, b); });
+        (void)on_any_thread_count([&] { return matmul<natural_scaling>(a, b); });
+        (void)on_any_thread_count([&] { return matmul<dynamic_abs<float8_e4m3fn>>(a, b); });
+        (void)on_any_thread_count([&] { return matmul_vjp<unit_scaling>(g, a, b).first; });
+        (void)on_any_thread_count([&] { return matmul_vjp<unit_scaling>(g, a, b).second; });
+        const auto a8 = cast<float8_e4m3fn, round_nearest_even, saturate_finite>(a);
+        const auto b8 = cast<float8_e4m3fn, round_nearest_even, saturate_finite>(b);
+        (void)on_any_thread_count([&] { return matmul<unit_scaling, float>(a8, b8); });
+    }
+}
+
 TEST_CASE("matmul_vjp reads its transposed operands in place and equals the products of copied transposes",
           "[matmul][parallel]")
 {

@@ -17,6 +17,7 @@
 ///     auto f = matmul(x, w, tensor_core::h100_cublaslt_fp8_fast{});   // this call
 ///     tensor_core::accumulation_scope<> scope("h100");                 // untagged calls here
 
+#include <scalify/detail/parallel.hpp>
 #include <scalify/ops/result.hpp>
 #include <scalify/ops/shape.hpp>
 #include <scalify/tensor_core/accumulation.hpp>
@@ -26,6 +27,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <numeric>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -84,6 +86,43 @@ template <bool Transpose, class M>
 {
     if constexpr (Transpose) return matrix.transpose();
     else return matrix;
+}
+
+/// Products of at least this many multiply-adds are the ones Eigen's GEMM would split across
+/// threads (it gives each thread at least 50 000).
+inline constexpr double gemm_parallel_work = 100000.0;
+
+/// dst = alpha * (lhs * rhs) through Eigen's GEMM, with bits that do not depend on the thread
+/// count. Eigen's own parallel GEMM re-derives its depth blocking from the number of threads, so
+/// with 512 or more products per sum a 2-thread result rounds differently from a 1-thread one.
+/// Here every thread runs Eigen's sequential GEMM (Eigen does not fork inside a parallel region)
+/// on a slab of dst whose edges sit on the GEMM micro-kernel's tile grid: each element is summed
+/// in the order of the 1-thread product. Slabs run along dst's longer side, so the operand packed
+/// again by every thread is the smaller one. With EIGEN_USE_BLAS the BLAS decides (and threads).
+template <class Dst, class Lhs, class Rhs, class C>
+void gemm_any_thread_count(Dst& dst, const Lhs& lhs, const Rhs& rhs, C alpha)
+{
+#if defined(_OPENMP) && !defined(EIGEN_USE_BLAS)
+    const Eigen::Index m = dst.rows(), n = dst.cols(), k = lhs.cols();
+    const int threads = omp_in_parallel() ? 1 : Eigen::nbThreads();
+    if (threads > 1 && m > 1 && n > 1 && double(m) * double(n) * double(k) >= gemm_parallel_work) {
+        using traits = Eigen::internal::gebp_traits<C, C>;
+        const auto grid = static_cast<Eigen::Index>(std::lcm(int(traits::mr), int(traits::nr)));
+        const bool by_rows = m >= n;
+        const Eigen::Index extent = by_rows ? m : n;
+        const Eigen::Index slab = std::max<Eigen::Index>(grid, (extent + threads * grid - 1) / (threads * grid) * grid);
+        const auto slabs = static_cast<int>((extent + slab - 1) / slab);
+        // At least two threads even for one slab: inside a region of one, Eigen would fork itself.
+#pragma omp parallel num_threads(std::max(2, std::min(threads, slabs)))
+        for (int s = omp_get_thread_num(); s < slabs; s += omp_get_num_threads()) {
+            const Eigen::Index begin = s * slab, size = std::min(slab, extent - begin);
+            if (by_rows) dst.middleRows(begin, size).noalias() = alpha * (lhs.middleRows(begin, size) * rhs);
+            else dst.middleCols(begin, size).noalias() = alpha * (lhs * rhs.middleCols(begin, size));
+        }
+        return;
+    }
+#endif
+    dst.noalias() = alpha * (lhs * rhs);  // this form folds alpha into the GEMM, no temporary
 }
 
 /// Gemm over row-major M x K and K x N operands, transposing a stored-transposed one first.
@@ -169,13 +208,13 @@ template <class Strategy, class Out, class Gemm, bool TransposeA = false, bool T
                 result.setZero();
             } else {
                 const auto alpha = static_cast<C>(double(request.natural) / double(scale));
-                result.noalias() = alpha * (lhs * rhs);  // this form folds alpha into the GEMM, no temporary
+                gemm_any_thread_count(result, lhs, rhs, alpha);
             }
             return ScaledArray<R, P>(std::move(data), request.natural == 0.0f ? 0.0f : scale);
         } else {
             row_major_matrix<C> product(static_cast<Eigen::Index>(m), static_cast<Eigen::Index>(n));
             if (k == 0) product.setZero();
-            else product.noalias() = lhs * rhs;
+            else gemm_any_thread_count(product, lhs, rhs, C(1));
             const C* raw = product.data();
             return finish<ops::matmul, Strategy, P, R, C>("matmul", shape, request, [raw](std::size_t i) { return raw[i]; });
         }
