@@ -9,6 +9,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 
 using namespace scalify;
 using scalify::testing::chain;
@@ -40,9 +41,10 @@ void run(fuzz::reader& in)
     const auto bias = read_array<T, P>(in, {n});
 
     ad::tape<P> tape;
-    const auto va = tape.template watch<Strategy>(a);
+    // Half the parameters read in place (value_and_grad's way), half copied.
+    const auto va = tape.template watch_in_place<Strategy>(a);
     const auto vb = tape.template watch<Strategy>(b);
-    const auto vc = tape.template watch<Strategy>(c);
+    const auto vc = tape.template watch_in_place<Strategy>(c);
     const auto vbias = tape.template watch<Strategy>(bias);
     try {
         const auto out = program(va, vb, vc, vbias);
@@ -80,6 +82,18 @@ void run(fuzz::reader& in)
         (void)(escaped + va);
         fuzz::fail("a var of a destroyed tape entered an op");
     } catch (const autodiff_error&) {
+    }
+    // A parameter read in place that outlives its tape holds a copy of the same bytes.
+    ad::var<T, P, Strategy> escaped_parameter;
+    {
+        ad::tape<P> inner;
+        escaped_parameter = inner.template watch_in_place<Strategy>(b);
+        if (escaped_parameter.value().data().data() != b.data().data()) fuzz::fail("watch_in_place copied");
+    }
+    const auto& kept = escaped_parameter.value();
+    if (kept.data().data() == b.data().data() || kept.scale() != b.scale() ||
+        std::memcmp(kept.data().data(), b.data().data(), b.size() * sizeof(T)) != 0) {
+        fuzz::fail("a parameter var that outlived its tape does not hold its own copy");
     }
 }
 
