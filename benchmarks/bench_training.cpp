@@ -7,7 +7,8 @@
 //   hand-fp32     the hand-written float32 trainer of commit 1140f31 (examples/fashion_mnist.cpp
 //                 then), copied below as the reference issue 14's overhead target is measured against
 //   fp32 ...      the model written once (examples/fashion_mnist.hpp) through ad::value_and_grad,
-//                 in the example's modes fp32, fp16, bf16, fp8, fp8-current, fp8-unscaled
+//                 in the example's modes fp32, fp16, bf16, fp8, fp8-current, fp8-unscaled, fp8-autoscale
+//                 (the default list: all but fp8-unscaled)
 //
 // A plain timed program, not Google Benchmark: one measurement is seconds long (an epoch is 468
 // steps), the modes must share data, order and thread count, and the PyTorch figure comes from
@@ -193,7 +194,7 @@ struct options {
     std::size_t warmup = 5;
     int repeat = 1;
     int threads = 0;  ///< 0: OpenMP's default (OMP_NUM_THREADS)
-    std::vector<std::string> modes{"eigen-gemms", "hand-fp32", "fp32", "fp16", "bf16", "fp8", "fp8-current"};
+    std::vector<std::string> modes{"eigen-gemms", "hand-fp32", "fp32", "fp16", "bf16", "fp8", "fp8-current", "fp8-autoscale"};
     std::optional<double> pytorch_fp32;
     std::string pytorch_file;
     bool reset_peak_rss = false;  ///< restart the kernel's peak-RSS mark before each run
