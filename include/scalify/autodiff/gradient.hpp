@@ -74,30 +74,12 @@ public:
     template <class F>
     decltype(auto) visit(F&& f) const&
     {
-        if (empty()) SCALIFY_THROW(autodiff_error("gradient::visit: the gradient is empty (nothing was sent back)"));
-        return std::visit(
-            [&](const auto& array) -> decltype(auto) {
-                if constexpr (std::same_as<std::remove_cvref_t<decltype(array)>, std::monostate>) {
-                    return std::forward<F>(f)(std::get<1>(m_array));  // unreachable: checked above
-                } else {
-                    return std::forward<F>(f)(array);
-                }
-            },
-            m_array);
+        return visit_held(*this, std::forward<F>(f));
     }
     template <class F>
     decltype(auto) visit(F&& f) &&
     {
-        if (empty()) SCALIFY_THROW(autodiff_error("gradient::visit: the gradient is empty (nothing was sent back)"));
-        return std::visit(
-            [&](auto&& array) -> decltype(auto) {
-                if constexpr (std::same_as<std::remove_cvref_t<decltype(array)>, std::monostate>) {
-                    return std::forward<F>(f)(std::move(std::get<1>(m_array)));  // unreachable: checked above
-                } else {
-                    return std::forward<F>(f)(std::move(array));
-                }
-            },
-            std::move(m_array));
+        return visit_held(std::move(*this), std::forward<F>(f));
     }
 
     /// The gradient as element type U: a copy when it holds U, else a cast (nearest even).
@@ -129,6 +111,22 @@ public:
     [[nodiscard]] const variant_type& variant() const noexcept { return m_array; }
 
 private:
+    /// f(the held array), forwarded as self is (const lvalue or rvalue).
+    template <class Self, class F>
+    static decltype(auto) visit_held(Self&& self, F&& f)
+    {
+        if (self.empty()) SCALIFY_THROW(autodiff_error("gradient::visit: the gradient is empty (nothing was sent back)"));
+        return std::visit(
+            [&](auto&& array) -> decltype(auto) {
+                if constexpr (std::same_as<std::remove_cvref_t<decltype(array)>, std::monostate>) {
+                    return std::forward<F>(f)(std::get<1>(std::forward<Self>(self).m_array));  // unreachable: checked above
+                } else {
+                    return std::forward<F>(f)(std::forward<decltype(array)>(array));
+                }
+            },
+            std::forward<Self>(self).m_array);
+    }
+
     variant_type m_array;
 };
 

@@ -366,7 +366,6 @@ public:
         return watched(std::make_shared<detail::value_node<T, P, Strategy>>(std::move(array)));
     }
 
-
     /// watch without copying: the var reads `array` in place for as long as the tape lives (a var
     /// that outlives the tape gets a copy when the tape dies). `array` must outlive the tape and
     /// not change while it lives: value_and_grad's parameters.
@@ -392,13 +391,10 @@ public:
         node->accumulate(std::move(seed));
         for (std::size_t i = node->index + 1; i-- > 0;) {
             auto& n = *m_state->nodes[i];
+            // Only recorded ops have a backward function; parameters (which keep their gradient) do not.
             if (n.grad.empty() || !n.backward) continue;
-            if (n.watched) {
-                n.backward(gradient<P>(n.grad));
-            } else {
-                n.backward(std::move(n.grad));
-                n.grad = {};  // an intermediate cotangent is dead once sent on
-            }
+            n.backward(std::move(n.grad));
+            n.grad = {};  // an intermediate cotangent is dead once sent on
         }
     }
 
