@@ -64,4 +64,33 @@ void parallel_for(std::size_t count, Body&& body)
 #endif
 }
 
+/// Whether the caller already runs inside an active OpenMP parallel region.
+[[nodiscard]] inline bool in_parallel_region() noexcept
+{
+#if defined(_OPENMP)
+    return omp_in_parallel() != 0;
+#else
+    return false;
+#endif
+}
+
+/// body(task) for task in [0, count), round-robin over min(threads, count) OpenMP threads but
+/// never fewer than two: code that forks only outside a parallel region (Eigen's GEMM) then runs
+/// sequentially in every task, even when there is one. body must not throw.
+template <class Body>
+void parallel_tasks_in_region(std::size_t count, int threads, Body&& body)
+{
+#if defined(_OPENMP)
+    const int team = std::max(2, count < static_cast<std::size_t>(threads) ? static_cast<int>(count) : threads);
+#pragma omp parallel num_threads(team)
+    for (auto task = static_cast<std::size_t>(omp_get_thread_num()); task < count;
+         task += static_cast<std::size_t>(omp_get_num_threads())) {
+        body(task);
+    }
+#else
+    (void)threads;
+    for (std::size_t task = 0; task < count; ++task) body(task);
+#endif
+}
+
 }  // namespace scalify::detail

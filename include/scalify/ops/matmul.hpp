@@ -102,23 +102,22 @@ inline constexpr double gemm_parallel_work = 100000.0;
 template <class Dst, class Lhs, class Rhs, class C>
 void gemm_any_thread_count(Dst& dst, const Lhs& lhs, const Rhs& rhs, C alpha)
 {
-#if defined(_OPENMP) && !defined(EIGEN_USE_BLAS)
+#if !defined(EIGEN_USE_BLAS)
     const Eigen::Index m = dst.rows(), n = dst.cols(), k = lhs.cols();
-    const int threads = omp_in_parallel() ? 1 : Eigen::nbThreads();
+    const int threads = in_parallel_region() ? 1 : Eigen::nbThreads();  // 1 without OpenMP
     if (threads > 1 && m > 1 && n > 1 && double(m) * double(n) * double(k) >= gemm_parallel_work) {
         using traits = Eigen::internal::gebp_traits<C, C>;
         const auto grid = static_cast<Eigen::Index>(std::lcm(int(traits::mr), int(traits::nr)));
         const bool by_rows = m >= n;
         const Eigen::Index extent = by_rows ? m : n;
         const Eigen::Index slab = std::max<Eigen::Index>(grid, (extent + threads * grid - 1) / (threads * grid) * grid);
-        const auto slabs = static_cast<int>((extent + slab - 1) / slab);
-        // At least two threads even for one slab: inside a region of one, Eigen would fork itself.
-#pragma omp parallel num_threads(std::max(2, std::min(threads, slabs)))
-        for (int s = omp_get_thread_num(); s < slabs; s += omp_get_num_threads()) {
-            const Eigen::Index begin = s * slab, size = std::min(slab, extent - begin);
+        const auto slabs = static_cast<std::size_t>((extent + slab - 1) / slab);
+        parallel_tasks_in_region(slabs, threads, [&](std::size_t s) {
+            const auto begin = static_cast<Eigen::Index>(s) * slab;
+            const Eigen::Index size = std::min(slab, extent - begin);
             if (by_rows) dst.middleRows(begin, size).noalias() = alpha * (lhs.middleRows(begin, size) * rhs);
             else dst.middleCols(begin, size).noalias() = alpha * (lhs * rhs.middleCols(begin, size));
-        }
+        });
         return;
     }
 #endif
