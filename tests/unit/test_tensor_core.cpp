@@ -367,7 +367,7 @@ TEST_CASE("gemm equals a loop of gemm_dot (the reference chain) for every pair, 
     check_gemm_against_dot<tc::h100_cublaslt_fp8, float8_e5m2, float8_e4m3fn>(9, 31, 1, 5, false);
     check_gemm_against_dot<tc::h100_cublaslt_fp8, float8_e5m2, float8_e5m2>(6, 200, 40, 6, true);
     check_gemm_against_dot<tc::h100_cublaslt_fp8_fast, float8_e4m3fn, float8_e4m3fn>(6, 200, 40, 7, true);
-    // 16-bit: f16 runs the lanes (int64); bf16 codes over the whole range the reference engine.
+    // 16-bit: f16 runs the lanes; bf16 codes over the whole range the reference engine.
     check_gemm_against_dot<tc::h100_hmma_chain, Eigen::half, Eigen::half>(5, 100, 37, 8, false);
     check_gemm_against_dot<tc::h100_hmma_chain, Eigen::half, Eigen::half>(5, 50, 37, 9, true);
     check_gemm_against_dot<tc::h100_hmma_chain, Eigen::bfloat16, Eigen::bfloat16>(4, 70, 9, 10, true);
@@ -404,6 +404,20 @@ TEST_CASE("bf16 gemm runs the lanes where the data keep results in float32's nor
     CHECK(check() == 0);
     a(3, 7) = Eigen::bfloat16(0x1p-120f);  // products down to 2^-165: out of range too
     CHECK(check() == 0);
+
+    // In range (exponent sums of -101), a chain whose accumulator falls below 2^(F - 126) = 2^-101
+    // and then meets products that are all zero: it stays as it is.
+    auto x = xt::xarray<Eigen::bfloat16>::from_shape({1, 32});
+    auto y = xt::xarray<Eigen::bfloat16>::from_shape({32, 1});
+    x.fill(Eigen::bfloat16(0.0f));
+    y.fill(Eigen::bfloat16(0.0f));
+    x(0, 0) = Eigen::bfloat16(0x1p-50f);
+    x(0, 1) = Eigen::bfloat16(-0x1.02p-50f);
+    y(0, 0) = y(1, 0) = Eigen::bfloat16(0x1p-51f);
+    float lanes = 0.0f;
+    CHECK(tc::detail::gemm_lanes<tc::h100_hmma_chain>(x.data(), y.data(), 1, 32, 1, &lanes));
+    CHECK(bits(lanes) == bits(-0x1p-108f));
+    CHECK(bits(tc::gemm<tc::h100_hmma_chain>(x, y)(0, 0)) == bits(-0x1p-108f));
 }
 
 TEST_CASE("Fast accumulation drifts on long positive sums; promotion every 128 holds it", "[tensor_core][gemm]")
@@ -443,7 +457,8 @@ TEST_CASE("Model tags are closed by concepts", "[tensor_core][static]")
     STATIC_REQUIRE(std::same_as<tc::operand_gemm_t<tc::exact_accumulation, float8_e4m3fn, float8_e4m3fn>, void>);
     // Which pairs run the vectorised lanes (the rest, the reference engine).
     STATIC_REQUIRE(tc::detail::lane_plan<tc::h100_qgmma, float8_e4m3fn, float8_e5m2>::usable);
-    STATIC_REQUIRE(std::same_as<tc::detail::lane_plan<tc::h100_qgmma, float8_e5m2, float8_e5m2>::lane, std::int32_t>);
+    STATIC_REQUIRE(tc::detail::lane_plan<tc::h100_qgmma, float8_e5m2, float8_e5m2>::always_in_range);
+    STATIC_REQUIRE(std::same_as<tc::detail::lane_plan<tc::h100_qgmma, float8_e5m2, float8_e5m2>::wide, float>);
     STATIC_REQUIRE(tc::detail::lane_plan<tc::h100_hmma, Eigen::half, Eigen::half>::usable);
     STATIC_REQUIRE(tc::detail::lane_plan<tc::h100_hmma, Eigen::half, Eigen::half>::always_in_range);
     STATIC_REQUIRE(tc::detail::lane_plan<tc::h100_hmma, Eigen::bfloat16, Eigen::bfloat16>::usable);

@@ -9,11 +9,12 @@
 ///     xt::xarray<float> d = tensor_core::gemm<tensor_core::h100_cublaslt_fp8>(a, b);
 ///
 /// Speed: under the H100 rules (fp8 pairs, f16, and bf16 data whose exponents keep every result in
-/// float32's normal range), products are integers, alignment is a shift and every step runs
-/// across 32 outputs at once in integer lanes the compiler vectorises; outputs are shared among
-/// OpenMP threads when the including program is compiled with OpenMP (as Eigen's GEMM does),
-/// otherwise one thread. Everything else (other rules, bf16 data out of that range, the outputs
-/// a NaN or inf code reaches) runs the reference engine of dot.hpp per output.
+/// float32's normal range), each aligned term is trunc(a * b * 2^(F - emax)), exact in float
+/// lanes, summed in int32 lanes: every step runs across 32 outputs at once in plain float and
+/// int32 vector code (SSE2, AVX2 and AVX-512 alike); outputs are shared among OpenMP threads when
+/// the including program is compiled with OpenMP (as Eigen's GEMM does), otherwise one thread.
+/// Everything else (other rules, bf16 data out of that range, the outputs a NaN or inf code
+/// reaches) runs the reference engine of dot.hpp per output.
 /// M, N or K of 0: an M x N result, all +0 when K = 0.
 
 #include <scalify/detail/parallel.hpp>
@@ -75,14 +76,17 @@ inline constexpr int min_exponent = (Format::has_zero ? 1 : 0) - Format::bias;
 template <FloatFormat Format>
 inline constexpr int max_exponent = static_cast<int>(Format::max_magnitude >> Format::mantissa_bits) - Format::bias;
 
-/// Whether, and with which integer and float types, Instruction's chains over TA x TB run in
-/// lanes. The lanes compute exactly what inner_product does when: the rules are the H100's (every
-/// cut toward zero, nominal exponents); products need no right shift at emax; the exact sum fits
-/// the lane integer (`usable`); and no result can leave float32's normal range, so that the
-/// chained accumulator is always zero or a normal float: every nonzero result is at least
-/// 2^(smallest product exponent - F), and a chain's sum stays below K times the largest product.
-/// `always_in_range` says the formats guarantee it (fp8, f16); otherwise (bf16) `in_range` checks
-/// the data's exponents at run time and out-of-range data run the reference engine.
+/// Whether, and how, Instruction's chains over TA x TB run in lanes. Per output and instruction,
+/// each term is trunc(a * b * 2^(F - emax)) in float lanes: a and b are floats holding the
+/// operands exactly, their product is exact (significands of at most 24 bits together), and
+/// scaling by a power of two is exact unless the result is below 2^-126, where the cut gives 0
+/// anyway; the truncating float-to-int32 conversion is the cut toward zero. The accumulator is
+/// aligned the same way. This computes exactly what inner_product does when: the rules are the
+/// H100's (every cut toward zero, nominal exponents); products need no right shift at emax; K
+/// terms (each below 2^(F + 2) units) sum in int32 and the whole exact sum fits `wide`
+/// (`usable`); and the data keep operands, products and results within float32's normal range
+/// (`in_range`). `always_in_range` says the formats guarantee it (fp8, f16); otherwise (bf16) the
+/// data's exponents are checked at run time and out-of-range data run the reference engine.
 template <InnerProductModel Instruction, class TA, class TB>
 struct lane_plan {
     using rules = typename Instruction::rules;
@@ -90,67 +94,65 @@ struct lane_plan {
     using fb = format_of<TB>;
     static constexpr int F = Instruction::alignment_bits;
     static constexpr int P = Instruction::result_bits;
-    /// Left shift that puts a product's integer significand into units of 2^(e_a + e_b - F).
+    static constexpr std::size_t K = Instruction::k;
+    /// A product at emax is a whole number of units 2^(emax - F).
     static constexpr int product_shift = F - fa::mantissa_bits - fb::mantissa_bits;
-    /// The float32 accumulator's significand into units of 2^(e_c - F).
-    static constexpr int c_left = F > 23 ? F - 23 : 0;
-    static constexpr int c_right = F < 23 ? 23 - F : 0;
     static constexpr int bits = sum_bits<Instruction>;
+    static constexpr bool operands_fit_float =
+        fa::mantissa_bits + fb::mantissa_bits + 2 <= 24 && min_exponent<fa> >= -126 && min_exponent<fb> >= -126 &&
+        min_exponent<fa> - fa::mantissa_bits >= -149 && min_exponent<fb> - fb::mantissa_bits >= -149 &&
+        max_exponent<fa> <= 127 && max_exponent<fb> <= 127;
+    static constexpr bool terms_fit_int32 =
+        F + 2 <= 30 && K * ((std::uint64_t{1} << (F + 2)) - 1) <= std::uint64_t{INT32_MAX};
     static constexpr bool usable = rules::exponent == product_exponent::nominal &&
                                    rules::alignment == rounding_mode::toward_zero &&
                                    rules::normalisation == rounding_mode::toward_zero && product_shift >= 0 &&
-                                   bits <= 52;
-    /// Operands with exponents in [min_a, max_a] and [min_b, max_b], chains of k products.
+                                   operands_fit_float && terms_fit_int32 && bits <= 53;
+    /// Operands with exponents in [min_a, max_a] and [min_b, max_b], chains of k products: nonzero
+    /// operands are float normals (flush-to-zero modes change nothing); every product's exponent
+    /// is at least F - 126, so 2^(F - emax) is a normal float wherever a product is nonzero; a
+    /// nonzero result, a multiple of the smallest product's last place, is at least 2^-126; a
+    /// chain's sum stays below k times the largest product.
     [[nodiscard]] static constexpr bool in_range(int min_a, int max_a, int min_b, int max_b, std::size_t k) noexcept
     {
-        return min_a + min_b - F >= -126 && max_a + max_b + 2 + std::bit_width(k) <= 126;
+        return min_a > -126 && min_b > -126 && min_a + min_b >= F - 126 &&
+               max_a + max_b + 2 + static_cast<int>(std::bit_width(k)) <= 126;
     }
     static constexpr bool always_in_range =
         in_range(min_exponent<fa>, max_exponent<fa>, min_exponent<fb>, max_exponent<fb>, ~std::size_t{0});
-    /// Integer lanes for the exact sum, and the float type that converts it exactly.
-    using lane = std::conditional_t<(bits <= 30), std::int32_t, std::int64_t>;
+    /// The float type that holds the exact sum (accumulator and terms) exactly.
     using wide = std::conditional_t<(bits <= 24), float, double>;
     using wide_bits = std::conditional_t<std::same_as<wide, float>, std::uint32_t, std::uint64_t>;
     static constexpr int wide_mantissa = std::same_as<wide, float> ? 23 : 52;
-    static constexpr int wide_bias = std::same_as<wide, float> ? 127 : 1023;
     /// Clears the bits below the P-th significant bit of a normal `wide`: the cut toward zero.
     static constexpr wide_bits result_mask = ~((wide_bits{1} << (wide_mantissa + 1 - P)) - 1);
-    /// One aligned product: below 2^(F + 2) units, so 16 bits hold it when F <= 13 (QGMMA), and
-    /// 32 terms of 16 bits fill a vector twice as wide as 32-bit lanes would. Exponents and shift
-    /// counts then take 16 bits as well (they stay within +-2^14).
-    using term = std::conditional_t<(F + 2 <= 15 && std::same_as<lane, std::int32_t>), std::int16_t, lane>;
-    using term_magnitude = std::make_unsigned_t<term>;
-    using exponent = term;
-    static constexpr term max_shift = static_cast<term>(sizeof(term) * 8 - 1);
-    static constexpr lane max_c_shift = static_cast<lane>(sizeof(lane) * 8 - 1);
-    /// Exponent of a zero operand: every sum with it lies below any real product's exponent.
-    static constexpr int zero_exponent = -4096;
+    /// Clears the bits of a normal float below its min(P, F + 1)-th significant bit.
+    static constexpr std::uint32_t accumulator_mask = ~((std::uint32_t{1} << (24 - std::min(P, F + 1))) - 1);
+    /// Exponent of a zero operand or accumulator: every sum with it lies below any real exponent.
+    static constexpr std::int16_t zero_exponent = -4096;
 };
 
 inline constexpr std::size_t lane_width = 32;
 
-/// An operand as the lanes read it: signed integer significand (B's pre-shifted by
-/// product_shift) and nominal exponent, both small enough for 16 bits where they can be, so that
-/// a K x 32 panel of B stays in cache. Zeros and non-finite codes read as significand 0 with
-/// exponent zero_exponent; `special` marks the non-finite ones.
-template <class Plan, EncodedFloat T, int Shift>
+/// An operand as the lanes read it: its value as a float (exact: the formats fit) and its nominal
+/// exponent, floor(log2 |x|) clamped to the format's smallest normal exponent as subnormals have
+/// it. Zeros and non-finite codes read as 0 with exponent zero_exponent; `special` marks the
+/// non-finite ones.
+template <class Plan, EncodedFloat T>
 struct lane_operand {
-    static constexpr std::int64_t largest = ((std::int64_t{1} << (format_of<T>::mantissa_bits + 1)) - 1) << Shift;
-    using significand_type = std::conditional_t<(largest < (1 << 15)), std::int16_t, std::int32_t>;
-    using exponent_type = std::int16_t;
-    significand_type significand;
-    exponent_type exponent;
+    float value;
+    std::int16_t exponent;
     bool special;
 
-    [[nodiscard]] static constexpr lane_operand decode(unsigned code) noexcept
+    [[nodiscard]] static constexpr lane_operand decode(const T& x) noexcept
     {
-        const operand d = decompose_code<format_of<T>>(code);
-        if (d.what != operand::kind::finite) {
-            return {0, static_cast<exponent_type>(Plan::zero_exponent), d.what != operand::kind::zero};
-        }
-        const auto magnitude = static_cast<significand_type>(static_cast<std::int32_t>(d.significand) << Shift);
-        return {static_cast<significand_type>(d.negative ? -magnitude : magnitude), static_cast<exponent_type>(d.exponent),
-                false};
+        const float v = float_traits<T>::to_float(x);
+        const auto bits = std::bit_cast<std::uint32_t>(v);
+        const int field = static_cast<int>((bits >> 23) & 0xffu);
+        const bool special = field == 0xff;
+        const bool zero = (bits & 0x7fffffffu) == 0;
+        const int exponent = std::max(field - 127, min_exponent<format_of<T>>);
+        return {special ? 0.0f : v, special || zero ? Plan::zero_exponent : static_cast<std::int16_t>(exponent), special};
     }
 };
 
@@ -158,7 +160,9 @@ struct lane_operand {
 template <class Operand, EncodedFloat T>
 inline constexpr auto lane_table = [] {
     std::array<Operand, 256> table{};
-    for (unsigned code = 0; code < table.size(); ++code) table[code] = Operand::decode(code);
+    using storage = typename format_of<T>::storage_type;
+    for (unsigned code = 0; code < table.size(); ++code)
+        table[code] = Operand::decode(float_traits<T>::from_bits(static_cast<storage>(code)));
     return table;
 }();
 
@@ -166,82 +170,73 @@ template <class Operand, EncodedFloat T>
 [[nodiscard]] Operand lane_decode(const T& x) noexcept
 {
     if constexpr (format_of<T>::total_bits <= 8) return lane_table<Operand, T>[code_of(x)];
-    else return Operand::decode(code_of(x));
+    else return Operand::decode(x);
 }
 
 /// One row of A against one block of columns: the whole chain along K, lane by lane.
-template <GemmModel Model, class Plan, class SA, class SB, class E>
-void lane_chain(const SA* a_sig, const E* a_exp, const SB* b_sig, const E* b_exp, std::size_t k, float* out,
-                std::size_t columns)
+template <GemmModel Model, class Plan>
+void lane_chain(const float* a_val, const std::int16_t* a_exp, const float* b_val, const std::int16_t* b_exp,
+                std::size_t k, float* out, std::size_t columns)
 {
-    using lane = typename Plan::lane;
     using wide = typename Plan::wide;
     using wide_bits = typename Plan::wide_bits;
-    using term_magnitude = typename Plan::term_magnitude;
     constexpr std::size_t W = lane_width;
     constexpr std::size_t step = Model::instruction::k;
     constexpr std::size_t interval = Model::promotion_interval;
     constexpr int F = Plan::F;
 
-    using term = typename Plan::term;
-    using exponent = typename Plan::exponent;
-    alignas(64) std::array<float, W> c{};
-    alignas(64) std::array<float, W> total{};
-    alignas(64) std::array<lane, W> sum{}, c_sig{}, c_exp{};
-    alignas(64) std::array<exponent, W> emax{};
+    alignas(64) std::array<float, W> c{}, total{}, scale{}, unscale{};
+    alignas(64) std::array<std::int32_t, W> sum{}, c_aligned{}, e_max{};
+    alignas(64) std::array<std::int16_t, W> emax{};
     std::size_t in_group = 0;
     for (std::size_t s = 0; s < k; s += step) {
         const std::size_t end = std::min(s + step, k);
         // The accumulator: zero or a normal float (gemm_lanes runs only data in range).
         for (std::size_t j = 0; j < W; ++j) {
-            const auto bits = std::bit_cast<std::uint32_t>(c[j]);
-            const bool zero = (bits & 0x7fffffffu) == 0;
-            const auto magnitude = static_cast<lane>((bits & 0x7fffffu) | 0x800000u);
-            c_sig[j] = zero ? lane{0} : ((bits >> 31) != 0 ? -magnitude : magnitude);
-            c_exp[j] = zero ? lane{Plan::zero_exponent} : static_cast<lane>(static_cast<int>((bits >> 23) & 0xffu) - 127);
-            emax[j] = static_cast<exponent>(c_exp[j]);
+            const auto field = static_cast<std::int32_t>((std::bit_cast<std::uint32_t>(c[j]) >> 23) & 0xffu);
+            emax[j] = c[j] == 0.0f ? Plan::zero_exponent : static_cast<std::int16_t>(field - 127);
         }
         for (std::size_t kk = s; kk < end; ++kk) {
-            const exponent ea = a_exp[kk];
-            const E* eb = b_exp + kk * W;
-            for (std::size_t j = 0; j < W; ++j) emax[j] = std::max(emax[j], static_cast<exponent>(ea + eb[j]));
+            const std::int16_t ea = a_exp[kk];
+            const std::int16_t* eb = b_exp + kk * W;
+            for (std::size_t j = 0; j < W; ++j) emax[j] = std::max(emax[j], static_cast<std::int16_t>(ea + eb[j]));
         }
-        // Cut toward zero: shift the magnitude, then restore the sign.
+        // Units of 2^(emax - F). Every product's exponent is at least F - 126: below it (every
+        // product zero, the accumulator zero or tiny) the floor keeps the scales normal, and the
+        // result is set apart in the normalisation.
         for (std::size_t j = 0; j < W; ++j) {
-            const lane shift = std::min(static_cast<lane>(emax[j] - c_exp[j] + Plan::c_right), Plan::max_c_shift);
-            const lane magnitude = (std::abs(c_sig[j]) << Plan::c_left) >> shift;
-            sum[j] = c_sig[j] < 0 ? -magnitude : magnitude;
+            e_max[j] = emax[j];
+            const std::int32_t e = std::max(e_max[j], F - 126);
+            scale[j] = std::bit_cast<float>(static_cast<std::uint32_t>(127 + F - e) << 23);
+            unscale[j] = std::bit_cast<float>(static_cast<std::uint32_t>(127 - F + e) << 23);
+            c_aligned[j] = static_cast<std::int32_t>(c[j] * scale[j]);
         }
-        for (std::size_t kk = s; kk < end; ++kk) {
-            const exponent ea = a_exp[kk];
-            const term sa = static_cast<term>(a_sig[kk]);
-            const E* eb = b_exp + kk * W;
-            const SB* sb = b_sig + kk * W;
-            for (std::size_t j = 0; j < W; ++j) {
-                // emax >= every exponent, so the count is never negative; an unsigned count of the
-                // term's width lets the compiler shift 16-bit lanes (vpsrlvw) instead of widening.
-                const auto shift = static_cast<term_magnitude>(
-                    std::min(static_cast<exponent>(emax[j] - ea - eb[j]), Plan::max_shift));
-                const auto product = static_cast<term>(sa * static_cast<term>(sb[j]));
-                const auto magnitude = static_cast<term_magnitude>(
-                    static_cast<term_magnitude>(product < 0 ? -product : product) >> shift);
-                sum[j] += static_cast<term>(product < 0 ? -magnitude : magnitude);
-            }
+        // Terms, exact as lane_plan says. The first one sets the sum: a loop of sum[j] = 0 would
+        // become a memset call.
+        for (std::size_t j = 0; j < W; ++j) sum[j] = static_cast<std::int32_t>(a_val[s] * b_val[s * W + j] * scale[j]);
+        for (std::size_t kk = s + 1; kk < end; ++kk) {
+            const float va = a_val[kk];
+            const float* vb = b_val + kk * W;
+            for (std::size_t j = 0; j < W; ++j) sum[j] += static_cast<std::int32_t>(va * vb[j] * scale[j]);
         }
         // Normalise: the exact sum converts exactly to `wide`; masking its significand cuts it
-        // to P bits toward zero; scaling by 2^(emax - F) is exact.
+        // to P bits toward zero, which a float holds; scaling by 2^(emax - F) is exact. Below
+        // the floor the result is the accumulator cut to min(P, F + 1) bits.
         for (std::size_t j = 0; j < W; ++j) {
-            const wide exact = static_cast<wide>(sum[j]);
+            const wide exact = static_cast<wide>(sum[j]) + static_cast<wide>(c_aligned[j]);
             const wide cut = std::bit_cast<wide>(static_cast<wide_bits>(std::bit_cast<wide_bits>(exact) & Plan::result_mask));
-            const lane e = std::max(static_cast<lane>(emax[j]), static_cast<lane>(F - 126));  // all-zero lanes: any scale
-            const auto scale = std::bit_cast<wide>(static_cast<wide_bits>(static_cast<wide_bits>(e - F + Plan::wide_bias)
-                                                                          << Plan::wide_mantissa));
-            c[j] = static_cast<float>(cut * scale);
+            // A blend of bits: a select of floats would be a branch under -ftrapping-math.
+            const auto normalised = std::bit_cast<std::uint32_t>(static_cast<float>(cut) * unscale[j]);
+            const auto alone = std::bit_cast<std::uint32_t>(c[j]) & Plan::accumulator_mask;
+            const auto below = static_cast<std::uint32_t>(-static_cast<std::int32_t>(e_max[j] < F - 126));
+            c[j] = std::bit_cast<float>((alone & below) | (normalised & ~below));
         }
         if constexpr (interval != 0) {
             if (++in_group == interval) {
-                for (std::size_t j = 0; j < W; ++j) total[j] += c[j];
-                c.fill(0.0f);
+                for (std::size_t j = 0; j < W; ++j) {
+                    total[j] += c[j];
+                    c[j] = 0.0f;  // in this loop: a loop of its own would become a memset call
+                }
                 in_group = 0;
             }
         }
@@ -260,35 +255,33 @@ template <GemmModel Model, class TA, class TB>
 [[nodiscard]] bool gemm_lanes(const TA* a, const TB* b, std::size_t m, std::size_t k, std::size_t n, float* out)
 {
     using Plan = lane_plan<typename Model::instruction, TA, TB>;
-    using operand_a = lane_operand<Plan, TA, 0>;
-    using operand_b = lane_operand<Plan, TB, Plan::product_shift>;
-    using exponent_type = typename operand_a::exponent_type;
+    using operand_a = lane_operand<Plan, TA>;
+    using operand_b = lane_operand<Plan, TB>;
     constexpr std::size_t W = lane_width;
     const std::size_t blocks = (n + W - 1) / W;
 
     // Decoded panels in per-thread buffers that only grow: fresh pages cost more than the decode.
-    thread_local std::vector<typename operand_a::significand_type> a_sig;
-    thread_local std::vector<typename operand_b::significand_type> b_sig;
-    thread_local std::vector<exponent_type> a_exp, b_exp;
+    thread_local std::vector<float> a_val, b_val;
+    thread_local std::vector<std::int16_t> a_exp, b_exp;
     thread_local std::vector<unsigned char> special_row, special_column;
     // Exponent ranges of the nonzero finite operands, where the formats do not bound them enough.
     int min_a = 1 << 14, max_a = -(1 << 14), min_b = 1 << 14, max_b = -(1 << 14);
     const auto track = [](const auto& x, int& lo, int& hi) {
         if constexpr (!Plan::always_in_range) {
-            if (x.significand != 0) {
+            if (x.value != 0.0f) {
                 lo = std::min(lo, static_cast<int>(x.exponent));
                 hi = std::max(hi, static_cast<int>(x.exponent));
             }
         }
     };
-    a_sig.resize(m * k);
+    a_val.resize(m * k);
     a_exp.resize(m * k);
     special_row.assign(m, 0);
     for (std::size_t i = 0; i < m; ++i) {
         bool special = false;
         for (std::size_t p = i * k; p < (i + 1) * k; ++p) {
             const auto x = lane_decode<operand_a>(a[p]);
-            a_sig[p] = x.significand;
+            a_val[p] = x.value;
             a_exp[p] = x.exponent;
             special = special || x.special;
             track(x, min_a, max_a);
@@ -296,7 +289,7 @@ template <GemmModel Model, class TA, class TB>
         special_row[i] = special ? 1 : 0;
     }
     // B in blocks of W columns, each block K rows of W; columns past N read as zeros.
-    b_sig.resize(blocks * k * W);
+    b_val.resize(blocks * k * W);
     b_exp.resize(blocks * k * W);
     special_column.assign(n, 0);
     for (std::size_t block = 0; block < blocks; ++block) {
@@ -305,14 +298,14 @@ template <GemmModel Model, class TA, class TB>
             const std::size_t at = (block * k + p) * W;
             for (std::size_t j = 0; j < width; ++j) {
                 const auto x = lane_decode<operand_b>(b[p * n + j0 + j]);
-                b_sig[at + j] = x.significand;
+                b_val[at + j] = x.value;
                 b_exp[at + j] = x.exponent;
                 special_column[j0 + j] |= x.special ? 1 : 0;
                 track(x, min_b, max_b);
             }
             for (std::size_t j = width; j < W; ++j) {
-                b_sig[at + j] = 0;
-                b_exp[at + j] = static_cast<exponent_type>(Plan::zero_exponent);
+                b_val[at + j] = 0.0f;
+                b_exp[at + j] = Plan::zero_exponent;
             }
         }
     }
@@ -323,14 +316,14 @@ template <GemmModel Model, class TA, class TB>
     }
 
     // Pointers, not the thread_local names: inside the loop those would be each worker's own.
-    const auto* as = a_sig.data();
-    const auto* ae = a_exp.data();
-    const auto* bs = b_sig.data();
-    const auto* be = b_exp.data();
+    const float* av = a_val.data();
+    const std::int16_t* ae = a_exp.data();
+    const float* bv = b_val.data();
+    const std::int16_t* be = b_exp.data();
     scalify::detail::parallel_for(blocks * m, [=](std::size_t task) {
         const std::size_t block = task / m, i = task % m;
         const std::size_t j0 = block * W;
-        lane_chain<Model, Plan>(as + i * k, ae + i * k, bs + block * k * W, be + block * k * W, k, out + i * n + j0,
+        lane_chain<Model, Plan>(av + i * k, ae + i * k, bv + block * k * W, be + block * k * W, k, out + i * n + j0,
                                 std::min(W, n - j0));
     });
 
