@@ -1,9 +1,14 @@
 # cmake -P cmake/demo.cmake — set up, build and run the bundled examples, printing their results.
+# It builds the examples and nothing else (target scalify_examples in build/, compiled for this
+# machine's CPU: SCALIFY_NATIVE); the tests, benchmarks and tools are built by the commands that
+# use them.
 cmake_minimum_required(VERSION 3.21)  # script mode: sets the policies, so no CMP warnings
 include("${CMAKE_CURRENT_LIST_DIR}/setup.cmake")
 
-scalify_require_packages(${SCALIFY_DEBIAN_PACKAGES})
-scalify_build("${SCALIFY_MAIN_BUILD}" ARGS ${SCALIFY_MAIN_ARGS})
+scalify_require_packages(${SCALIFY_DEMO_PACKAGES})
+string(TIMESTAMP started "%s")
+scalify_build("${SCALIFY_MAIN_BUILD}" TARGETS scalify_examples ARGS ${SCALIFY_MAIN_ARGS})
+string(TIMESTAMP built "%s")
 
 # examples/CMakeLists.txt writes one line per example: <name>|<executable>|<arguments;...>
 file(STRINGS "${SCALIFY_MAIN_BUILD}/examples/demo_commands.txt" demo_lines)
@@ -18,4 +23,9 @@ foreach(line IN LISTS demo_lines)
     message(FATAL_ERROR "example ${name} failed (exit ${rc})")
   endif()
 endforeach()
-message("\nAll examples ran. Sources are in examples/, results above.")
+string(TIMESTAMP finished "%s")
+math(EXPR build_seconds "${built} - ${started}")
+math(EXPR run_seconds "${finished} - ${built}")
+scalify_minutes(build_time ${build_seconds})
+scalify_minutes(run_time ${run_seconds})
+message("\nAll examples ran (build ${build_time}, run ${run_time}). Sources are in examples/, results above.")

@@ -4,11 +4,14 @@
 get_filename_component(SCALIFY_ROOT "${CMAKE_CURRENT_LIST_DIR}/.." ABSOLUTE)
 cmake_host_system_information(RESULT SCALIFY_JOBS QUERY NUMBER_OF_LOGICAL_CORES)
 
-# Everything the build, the tests, the examples (Fashion-MNIST data and zlib for the training
-# example) and the benchmarks use.
-set(SCALIFY_DEBIAN_PACKAGES
-  g++ make libeigen3-dev libxtensor-dev libfmt-dev catch2 libbenchmark-dev
-  clang-14 libclang-rt-14-dev zlib1g-dev dataset-fashion-mnist)
+# What each command needs. Both configure the same tree (build/, every option at its default)
+# and build only their own targets in it: the compiler, the libraries, zlib and the Fashion-MNIST
+# data for the training example, and Catch2 and Google Benchmark, which configuring the tests and
+# benchmarks finds. The tests add clang 14 with its sanitizer and libFuzzer runtimes and its
+# OpenMP (the sanitizer tree).
+set(SCALIFY_DEMO_PACKAGES
+  g++ make libeigen3-dev libxtensor-dev libfmt-dev zlib1g-dev dataset-fashion-mnist catch2 libbenchmark-dev)
+set(SCALIFY_TEST_PACKAGES ${SCALIFY_DEMO_PACKAGES} clang-14 libclang-rt-14-dev libomp-14-dev)
 
 function(scalify_require_packages)
   find_program(dpkg_query dpkg-query)
@@ -56,6 +59,18 @@ function(scalify_build binary_dir)
                   COMMAND_ERROR_IS_FATAL ANY)
 endfunction()
 
-# The main tree, build/: optimised, with tests, examples and benchmarks.
+# The main tree, build/: optimised (Release). The demo and test commands each build only the
+# targets they run there (scalify_examples; scalify_tests), so the benchmarks and tools a developer
+# builds in the same tree (cmake --build build --target scalify_benchmarks) share its objects.
 set(SCALIFY_MAIN_BUILD "${SCALIFY_ROOT}/build")
-set(SCALIFY_MAIN_ARGS -DCMAKE_BUILD_TYPE=Release)
+# The unit tests are compiled at -O1 there: they are template-heavy (an autodiff test file took
+# ten minutes at -O3) and -O1 keeps them optimised; the exhaustive sweeps (-O2) and the examples
+# with their training checks (-O3) run the fully optimised code.
+set(SCALIFY_MAIN_ARGS -DCMAKE_BUILD_TYPE=Release -DSCALIFY_UNIT_TEST_OPTIONS=-O1)
+
+# scalify_minutes(<out> <seconds>): "M min S s".
+function(scalify_minutes out seconds)
+  math(EXPR minutes "${seconds} / 60")
+  math(EXPR rest "${seconds} % 60")
+  set(${out} "${minutes} min ${rest} s" PARENT_SCOPE)
+endfunction()
