@@ -1,7 +1,7 @@
-// Reverse-mode autodiff: gradients against hand-composed backward rules (bit for bit) and
-// central finite differences in double, parameter trees, gradient-path ops, the matmul recipe
+// Reverse-mode autodiff: gradients against central finite differences in double (the bit-for-bit
+// checks of random chains are in test_autodiff_chains_*.cpp, two files that compile in parallel), parameter trees, gradient-path ops, the matmul recipe
 // scope, and the errors of misuse.
-#include "../support/random_chain.hpp"
+#include "../support/autodiff_checks.hpp"
 
 #include <scalify/scalify.hpp>
 
@@ -16,92 +16,10 @@
 using namespace scalify;
 using scalify::testing::chain;
 using scalify::testing::chain_op;
-
-namespace {
-
-template <class T, class P = float_scale>
-ScaledArray<T, P> random_array(std::mt19937& rng, std::vector<std::size_t> shape, float scale)
-{
-    std::normal_distribution<float> normal(0.0f, 1.0f);
-    xt::xarray<T> data = xt::xarray<T>::from_shape(shape);
-    for (auto& x : data) x = static_cast<T>(normal(rng));
-    return ScaledArray<T, P>(std::move(data), scale);
-}
-
-chain random_chain(std::mt19937& rng, std::size_t length)
-{
-    std::uniform_int_distribution<int> pick(0, static_cast<int>(testing::chain_op_count) - 1);
-    chain program;
-    for (std::size_t i = 0; i < length; ++i) program.ops.push_back(static_cast<chain_op>(pick(rng)));
-    // c and bias are always used, so every parameter is part of the graph.
-    program.ops.push_back(chain_op::mul_c);
-    program.ops.push_back(chain_op::add_bias);
-    std::shuffle(program.ops.begin(), program.ops.end(), rng);
-    return program;
-}
-
-float random_pow2_scale(std::mt19937& rng)
-{
-    return std::ldexp(1.0f, std::uniform_int_distribution<int>(-40, 40)(rng));
-}
-
-/// Autodiff gradients of the chain equal the hand composition bit for bit.
-template <class Strategy, class T, class P>
-void check_chain_bits(std::mt19937& rng)
-{
-    const std::size_t m = std::uniform_int_distribution<std::size_t>(1, 9)(rng);
-    const std::size_t k = std::uniform_int_distribution<std::size_t>(1, 17)(rng);
-    const std::size_t n = std::uniform_int_distribution<std::size_t>(1, 9)(rng);
-    const auto program = random_chain(rng, std::uniform_int_distribution<std::size_t>(1, 5)(rng));
-    const auto a = random_array<T, P>(rng, {m, k}, random_pow2_scale(rng));
-    const auto b = random_array<T, P>(rng, {k, n}, random_pow2_scale(rng));
-    const auto c = random_array<T, P>(rng, {m, n}, random_pow2_scale(rng));
-    const auto bias = random_array<T, P>(rng, {n}, random_pow2_scale(rng));
-
-    ad::tape<P> tape;
-    const auto va = tape.template watch<Strategy>(a);
-    const auto vb = tape.template watch<Strategy>(b);
-    const auto vc = tape.template watch<Strategy>(c);
-    const auto vbias = tape.template watch<Strategy>(bias);
-    INFO("shapes " << m << "x" << k << "x" << n << ", " << program.ops.size() << " ops");
-    try {
-        tape.backward(program(va, vb, vc, vbias));
-    } catch (const scale_error&) {
-        // A rule's scale left float32 (exp of a value scaled by 2^40 under unit_scaling): the
-        // hand composition must fail the same way.
-        CHECK_THROWS_AS(testing::hand_gradients<Strategy>(program, a, b, c, bias), scale_error);
-        return;
-    }
-    const auto hand = testing::hand_gradients<Strategy>(program, a, b, c, bias);
-    INFO("shapes " << m << "x" << k << "x" << n << ", " << program.ops.size() << " ops");
-    CHECK(testing::same_bits(tape.gradient_of(va), hand.a));
-    CHECK(testing::same_bits(tape.gradient_of(vb), hand.b));
-    CHECK(testing::same_bits(tape.gradient_of(vc), hand.c));
-    CHECK(testing::same_bits(tape.gradient_of(vbias), hand.bias));
-}
-
-/// f(value) through plain ScaledArrays in double, for finite differences.
-template <class P>
-double chain_value(const chain& program, const ScaledArray<double, P>& a, const ScaledArray<double, P>& b,
-                   const ScaledArray<double, P>& c, const ScaledArray<double, P>& bias)
-{
-    return program(a, b, c, bias).value()();
-}
-
-}  // namespace
-
-TEST_CASE("autodiff gradients of random chains equal the hand-composed backward rules bit for bit", "[autodiff]")
-{
-    std::mt19937 rng(2024);
-    for (int trial = 0; trial < 12; ++trial) {
-        check_chain_bits<default_scaling, float, float_scale>(rng);
-        check_chain_bits<default_scaling, float, pow2_scale>(rng);
-        check_chain_bits<unit_scaling, float8_e4m3fn, pow2_scale>(rng);
-        check_chain_bits<unit_scaling, Eigen::half, float_scale>(rng);
-        check_chain_bits<natural_scaling, Eigen::bfloat16, pow2_scale>(rng);
-        check_chain_bits<default_scaling, double, float_scale>(rng);
-    }
-}
+using scalify::testing::chain_value;
+using scalify::testing::random_array;
+using scalify::testing::random_chain;
+using scalify::testing::random_pow2_scale;
 
 TEST_CASE("autodiff gradients agree with central finite differences in double", "[autodiff]")
 {
