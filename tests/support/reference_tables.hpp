@@ -4,6 +4,7 @@
 
 #include <scalify/scalify.hpp>
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstdint>
@@ -22,7 +23,15 @@ struct run {
     unsigned code;
 };
 
-inline std::string data_path(const std::string& relative) { return std::string(SCALIFY_TEST_DATA_DIR) + "/" + relative; }
+inline std::string data_path(const std::string& relative)
+{
+    // Appended in place: GCC 12 at -O1 flags `std::string(dir) + "/" + relative` with a false
+    // -Warray-bounds (its own bug in the inlined move of a temporary string).
+    std::string path = SCALIFY_TEST_DATA_DIR;
+    path += '/';
+    path += relative;
+    return path;
+}
 
 inline std::vector<run> read_runs(const std::string& relative)
 {
@@ -52,18 +61,32 @@ inline std::vector<std::uint32_t> read_decode(const std::string& relative)
     return values;
 }
 
-/// Expand runs into a per-input code for inputs [begin, begin + count).
+/// Expand runs into a per-input code for inputs [begin, begin + count). Calls move forward
+/// through the runs; a copy of the cursor can replay the same inputs.
 class run_cursor {
 public:
     explicit run_cursor(const std::vector<run>& runs) : m_runs(runs) {}
+
+    /// visit(offset, length, code) for each stretch of one run within [begin, begin + count), in
+    /// order, offsets counted from begin: lets a caller check a whole stretch against one code.
+    template <class Visit>
+    void for_each_run(std::uint64_t begin, std::size_t count, Visit&& visit)
+    {
+        const std::uint64_t end = begin + count;
+        for (std::uint64_t input = begin; input < end;) {
+            while (m_index + 1 < m_runs.size() && m_runs[m_index + 1].first <= input) ++m_index;
+            const std::uint64_t next = m_index + 1 < m_runs.size() ? std::min(m_runs[m_index + 1].first, end) : end;
+            visit(static_cast<std::size_t>(input - begin), static_cast<std::size_t>(next - input), m_runs[m_index].code);
+            input = next;
+        }
+    }
+
     void fill(std::uint64_t begin, std::size_t count, std::vector<unsigned>& out)
     {
         out.resize(count);
-        for (std::size_t i = 0; i < count; ++i) {
-            const std::uint64_t input = begin + i;
-            while (m_index + 1 < m_runs.size() && m_runs[m_index + 1].first <= input) ++m_index;
-            out[i] = m_runs[m_index].code;
-        }
+        for_each_run(begin, count, [&out](std::size_t offset, std::size_t length, unsigned code) {
+            std::fill_n(out.begin() + static_cast<std::ptrdiff_t>(offset), length, code);
+        });
     }
 
 private:
@@ -115,6 +138,28 @@ public:
         }
         if (F::specials == special_values::nan_negative_zero && (code == 0 || code == F::canonical_nan)) return code;
         return negative ? (code | F::sign_mask) : code;
+    }
+
+    /// The same map as runs over all 2^32 inputs, for run_cursor. The answer can only change at
+    /// zero, one, a decoded value (toward zero), the float after one (away from zero) or the
+    /// overflow threshold, so the oracle itself is asked once at each of those points of each sign.
+    /// NaN inputs fall in their sign's last run: the oracle has no answer for them, and callers
+    /// check NaN results on their own.
+    [[nodiscard]] std::vector<run> runs()
+    {
+        std::vector<std::uint32_t> starts{0u, 1u, m_overflow_bits};
+        for (const std::uint32_t value : m_values) starts.insert(starts.end(), {value, value + 1});
+        std::sort(starts.begin(), starts.end());
+        starts.erase(std::unique(starts.begin(), starts.end()), starts.end());
+        std::vector<run> result;
+        for (const std::uint32_t sign : {0u, 0x80000000u}) {
+            for (const std::uint32_t magnitude : starts) {
+                if (magnitude > 0x7f800000u) break;
+                const unsigned code = (*this)(sign | magnitude);
+                if (result.empty() || result.back().code != code) result.push_back({sign | magnitude, code});
+            }
+        }
+        return result;
     }
 
 private:
