@@ -63,10 +63,8 @@ endfunction()
 # targets they run there (scalify_examples; scalify_tests), so the benchmarks and tools a developer
 # builds in the same tree (cmake --build build --target scalify_benchmarks) share its objects.
 set(SCALIFY_MAIN_BUILD "${SCALIFY_ROOT}/build")
-# The unit tests are compiled at -O1 there: they are template-heavy (an autodiff test file took
-# ten minutes at -O3) and -O1 keeps them optimised; the exhaustive sweeps (-O2) and the examples
-# with their training checks (-O3) run the fully optimised code.
-set(SCALIFY_MAIN_ARGS -DCMAKE_BUILD_TYPE=Release -DSCALIFY_UNIT_TEST_OPTIONS=-O1)
+# The unit tests are built once, in the test command's sanitizer tree: not here.
+set(SCALIFY_MAIN_ARGS -DCMAKE_BUILD_TYPE=Release -DSCALIFY_BUILD_UNIT_TESTS=OFF)
 
 # scalify_minutes(<out> <seconds>): "M min S s".
 function(scalify_minutes out seconds)
