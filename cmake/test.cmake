@@ -47,9 +47,10 @@ scalify_phase("main tree tests")
 # several times faster than -O1 (test_autoscale_ad: 53 against 302 s); the fuzz targets keep -O1,
 # their executions per second (fuzz_ops: 5000/s, 580/s at -O0).
 scalify_build("${SCALIFY_ROOT}/build-sanitize"
-  TARGETS scalify_unit_tests scalify_fuzz_targets scalify_static_tests
+  TARGETS scalify_sanitizer_tests
   ARGS
   -DCMAKE_BUILD_TYPE=Debug
+  -DCMAKE_CXX_FLAGS_DEBUG=-gline-tables-only  # file:line in sanitizer reports, at less cost than -g
   -DCMAKE_CXX_COMPILER=clang++-14
   "-DCMAKE_CXX_FLAGS=-O0 -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer"
   -DSCALIFY_BUILD_EXAMPLES=OFF -DSCALIFY_BUILD_BENCHMARKS=OFF -DSCALIFY_BUILD_TOOLS=OFF -DSCALIFY_INSTALL=OFF
