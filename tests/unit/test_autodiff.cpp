@@ -1,6 +1,6 @@
 // Reverse-mode autodiff: gradients against central finite differences in double (the bit-for-bit
-// checks of random chains are in test_autodiff_chains_*.cpp, two files that compile in parallel), parameter trees, gradient-path ops, the matmul recipe
-// scope, and the errors of misuse.
+// checks of random chains are in test_autodiff_chains.cpp), parameter trees, gradient-path ops,
+// the matmul recipe scope, and the errors of misuse.
 #include "../support/autodiff_checks.hpp"
 
 #include <scalify/scalify.hpp>
