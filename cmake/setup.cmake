@@ -72,3 +72,13 @@ function(scalify_minutes out seconds)
   math(EXPR rest "${seconds} % 60")
   set(${out} "${minutes} min ${rest} s" PARENT_SCOPE)
 endfunction()
+
+# scalify_phase(<name>): appends "<name>: M min S s" (the time since ${mark}) to ${phases} and
+# moves the mark; the commands print the list at the end.
+macro(scalify_phase name)
+  string(TIMESTAMP now "%s")
+  math(EXPR seconds "${now} - ${mark}")
+  scalify_minutes(shown ${seconds})
+  list(APPEND phases "${name}: ${shown}")
+  set(mark ${now})
+endmacro()

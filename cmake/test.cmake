@@ -25,17 +25,8 @@ function(scalify_ctest binary_dir)
   endif()
 endfunction()
 
-set(phases "")
-string(TIMESTAMP mark "%s")
-# scalify_phase(<name>): the seconds since the last mark, kept for the summary.
-macro(scalify_phase name)
-  string(TIMESTAMP now "%s")
-  math(EXPR seconds "${now} - ${mark}")
-  scalify_minutes(shown ${seconds})
-  list(APPEND phases "${name}: ${shown}")
-  set(mark ${now})
-endmacro()
 string(TIMESTAMP started "%s")
+set(mark ${started})
 
 scalify_build("${SCALIFY_MAIN_BUILD}" TARGETS scalify_tests ARGS ${SCALIFY_MAIN_ARGS})
 scalify_phase("main tree build (g++)")
