@@ -70,6 +70,28 @@ struct node_base {
 
 struct borrow_t {};
 
+/// grad += g: equal types are summed by add<Strategy>; different types are first widened
+/// (exactly) to float, or double if either is double, which is what add's promotion would
+/// compute. A function of the gradient alone, so its 36 type pairs are instantiated once per
+/// (policy, strategy) rather than once per node type.
+template <class Strategy, ScalePolicy P, ScaledElement G>
+void accumulate_gradient(gradient<P>& grad, ScaledArray<G, P> g)
+{
+    if (grad.empty()) {
+        grad = gradient<P>(std::move(g));
+        return;
+    }
+    grad = grad.visit([&](const auto& held) -> gradient<P> {
+        using H = typename std::remove_cvref_t<decltype(held)>::value_type;
+        if constexpr (std::same_as<H, G>) {
+            return scalify::add<Strategy>(held, g);
+        } else {
+            using C = std::conditional_t<std::same_as<H, double> || std::same_as<G, double>, double, float>;
+            return scalify::add<Strategy>(scalify::cast<C>(held), scalify::cast<C>(g));
+        }
+    });
+}
+
 template <ScaledElement T, ScalePolicy P, class Strategy>
 struct value_node final : node_base<P> {
     explicit value_node(ScaledArray<T, P> v) : m_own(std::move(v)) {}
@@ -86,9 +108,7 @@ struct value_node final : node_base<P> {
         }
     }
 
-    /// Adds one consumer's cotangent. Equal types are summed by add<Strategy>; different types
-    /// are first widened (exactly) to float, or double if either is double, which is what
-    /// add's promotion would compute.
+    /// Adds one consumer's cotangent (accumulate_gradient), after checking its shape.
     template <ScaledElement G>
     void accumulate(ScaledArray<G, P> g)
     {
@@ -98,19 +118,7 @@ struct value_node final : node_base<P> {
                 "op's backward function returned the wrong shape",
                 shape_string(g.shape()), shape_string(value().shape()), this->index)));
         }
-        if (this->grad.empty()) {
-            this->grad = gradient<P>(std::move(g));
-            return;
-        }
-        this->grad = this->grad.visit([&](const auto& held) -> gradient<P> {
-            using H = typename std::remove_cvref_t<decltype(held)>::value_type;
-            if constexpr (std::same_as<H, G>) {
-                return scalify::add<Strategy>(held, g);
-            } else {
-                using C = std::conditional_t<std::same_as<H, double> || std::same_as<G, double>, double, float>;
-                return scalify::add<Strategy>(scalify::cast<C>(held), scalify::cast<C>(g));
-            }
-        });
+        accumulate_gradient<Strategy>(this->grad, std::move(g));
     }
 
 private:
@@ -278,13 +286,13 @@ template <class Strategy, ScaledElement T, ScalePolicy P, class... Inputs, class
     // The closure lives in the node, so the raw pointer to it is valid whenever it runs.
     node->backward = [self = node.get(), input_nodes = std::move(input_nodes),
                       backward = std::move(backward)](gradient<P>&& g) {
+        // Instantiated once per cotangent type of every op: one index expansion rather than
+        // std::apply's chain of calls keeps that small.
         std::move(g).visit([&](auto&& cotangent) {
-            auto results = std::apply(
-                [&](const auto&... in) { return backward(std::move(cotangent), self->value(), in->value()...); },
-                input_nodes);
-            static_assert(std::tuple_size_v<decltype(results)> == sizeof...(Inputs),
-                          "custom_op: the backward function must return one cotangent (or ad::no_gradient) per input");
             [&]<std::size_t... I>(std::index_sequence<I...>) {
+                auto results = backward(std::move(cotangent), self->value(), std::get<I>(input_nodes)->value()...);
+                static_assert(std::tuple_size_v<decltype(results)> == sizeof...(Inputs),
+                              "custom_op: the backward function must return one cotangent (or ad::no_gradient) per input");
                 (send(*std::get<I>(input_nodes), std::move(std::get<I>(results))), ...);
             }(std::index_sequence_for<Inputs...>{});
         });
