@@ -11,6 +11,9 @@
 #include <cstdint>
 #include <cstring>
 
+// Its own namespace: every fuzz target is compiled in one unity source (CMakeLists.txt).
+namespace fuzz_autodiff {
+
 using namespace scalify;
 using scalify::testing::chain;
 using scalify::testing::chain_op;
@@ -99,7 +102,8 @@ void run(fuzz::reader& in)
 
 }  // namespace
 
-extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size)
+/// The target's body; fuzz_autodiff's LLVMFuzzerTestOneInput (generated) calls it.
+int test_one_input(const std::uint8_t* data, std::size_t size)
 {
     fuzz::reader in{data, size};
     // Two (strategy, type, policy) combinations: float32 under default_scaling with float scales,
@@ -111,3 +115,5 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     else run<default_scaling, float, float_scale>(in);
     return 0;
 }
+
+}  // namespace fuzz_autodiff

@@ -13,6 +13,9 @@
 #include <cstring>
 #include <memory>
 
+// Its own namespace: every fuzz target is compiled in one unity source (CMakeLists.txt).
+namespace fuzz_config {
+
 using namespace scalify;
 
 namespace {
@@ -22,7 +25,8 @@ using fuzz::reader;
 
 }  // namespace
 
-extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size)
+/// The target's body; fuzz_config's LLVMFuzzerTestOneInput (generated) calls it.
+int test_one_input(const std::uint8_t* data, std::size_t size)
 {
     reader in{data, size};
     try {
@@ -111,3 +115,5 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     }
     return 0;
 }
+
+}  // namespace fuzz_config

@@ -12,6 +12,9 @@
 #include <span>
 #include <vector>
 
+// Its own namespace: every fuzz target is compiled in one unity source (CMakeLists.txt).
+namespace fuzz_convert {
+
 using namespace scalify;
 
 namespace {
@@ -85,7 +88,8 @@ void check_format(const std::vector<float>& in, const std::uint8_t* codes, std::
 
 }  // namespace
 
-extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size)
+/// The target's body; fuzz_convert's LLVMFuzzerTestOneInput (generated) calls it.
+int test_one_input(const std::uint8_t* data, std::size_t size)
 {
     std::vector<float> in(size / 4);
     for (std::size_t i = 0; i < in.size(); ++i) {
@@ -107,3 +111,5 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     check_format<float4_e2m1fn>(in, data, size, random);
     return 0;
 }
+
+}  // namespace fuzz_convert

@@ -14,6 +14,9 @@
 #include <limits>
 #include <vector>
 
+// Its own namespace: every fuzz target is compiled in one unity source (CMakeLists.txt).
+namespace fuzz_ops {
+
 using namespace scalify;
 
 namespace {
@@ -128,7 +131,8 @@ void exercise(reader& in)
 
 }  // namespace
 
-extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size)
+/// The target's body; fuzz_ops's LLVMFuzzerTestOneInput (generated) calls it.
+int test_one_input(const std::uint8_t* data, std::size_t size)
 {
     reader in{data, size};
     switch (in.byte() % 4) {
@@ -139,3 +143,5 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     }
     return 0;
 }
+
+}  // namespace fuzz_ops

@@ -16,6 +16,9 @@
 #include <span>
 #include <vector>
 
+// Its own namespace: every fuzz target is compiled in one unity source (CMakeLists.txt).
+namespace fuzz_tensor_core {
+
 using namespace scalify;
 namespace tc = scalify::tensor_core;
 
@@ -160,7 +163,8 @@ void check_shapes(reader& in)
 
 }  // namespace
 
-extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size)
+/// The target's body; fuzz_tensor_core's LLVMFuzzerTestOneInput (generated) calls it.
+int test_one_input(const std::uint8_t* data, std::size_t size)
 {
     reader in{data, size};
     switch (in.byte() % 7) {
@@ -174,3 +178,5 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     }
     return 0;
 }
+
+}  // namespace fuzz_tensor_core

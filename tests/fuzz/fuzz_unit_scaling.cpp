@@ -19,6 +19,9 @@
 #include <random>
 #include <vector>
 
+// Its own namespace: every fuzz target is compiled in one unity source (CMakeLists.txt).
+namespace fuzz_unit_scaling {
+
 using namespace scalify;
 
 namespace {
@@ -385,7 +388,8 @@ void robustness(reader& in)
 
 }  // namespace
 
-extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size)
+/// The target's body; fuzz_unit_scaling's LLVMFuzzerTestOneInput (generated) calls it.
+int test_one_input(const std::uint8_t* data, std::size_t size)
 {
     reader in{data, size};
     const std::uint8_t mode = in.byte();
@@ -410,3 +414,5 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     }
     return 0;
 }
+
+}  // namespace fuzz_unit_scaling
