@@ -11,7 +11,6 @@
 #include <cstdint>
 #include <cstring>
 
-// Its own namespace: every fuzz target is compiled in one unity source (CMakeLists.txt).
 namespace fuzz_autodiff {
 
 using namespace scalify;

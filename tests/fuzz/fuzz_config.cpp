@@ -13,7 +13,6 @@
 #include <cstring>
 #include <memory>
 
-// Its own namespace: every fuzz target is compiled in one unity source (CMakeLists.txt).
 namespace fuzz_config {
 
 using namespace scalify;

@@ -12,7 +12,6 @@
 #include <span>
 #include <vector>
 
-// Its own namespace: every fuzz target is compiled in one unity source (CMakeLists.txt).
 namespace fuzz_convert {
 
 using namespace scalify;

@@ -14,7 +14,6 @@
 #include <limits>
 #include <vector>
 
-// Its own namespace: every fuzz target is compiled in one unity source (CMakeLists.txt).
 namespace fuzz_ops {
 
 using namespace scalify;

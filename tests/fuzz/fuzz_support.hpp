@@ -1,5 +1,7 @@
 #pragma once
 // Shared by the fuzz targets: a byte reader over the fuzzer's input and the property-failure exit.
+// Each target's code lives in namespace fuzz_<target>, with its body in test_one_input: the six
+// compile as one unity source, and CMake generates each program's LLVMFuzzerTestOneInput.
 #include <bit>
 #include <cstdint>
 #include <cstdio>

@@ -16,7 +16,6 @@
 #include <span>
 #include <vector>
 
-// Its own namespace: every fuzz target is compiled in one unity source (CMakeLists.txt).
 namespace fuzz_tensor_core {
 
 using namespace scalify;

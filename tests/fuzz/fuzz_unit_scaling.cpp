@@ -19,7 +19,6 @@
 #include <random>
 #include <vector>
 
-// Its own namespace: every fuzz target is compiled in one unity source (CMakeLists.txt).
 namespace fuzz_unit_scaling {
 
 using namespace scalify;
