@@ -41,4 +41,12 @@ public:
     using error::error;
 };
 
+/// Ranks of a data-parallel job that cannot agree: a failed collective (MPI's error string is in
+/// the message), gradients whose shapes or types differ between ranks, another rank of a
+/// dist::thread_group that failed while this one waited for it.
+class distributed_error : public error {
+public:
+    using error::error;
+};
+
 }  // namespace scalify

@@ -11,6 +11,9 @@
 #include <scalify/block/block_scaled_array.hpp>
 #include <scalify/block/quantize.hpp>
 #include <scalify/config.hpp>
+#include <scalify/dist/all_reduce.hpp>
+#include <scalify/dist/reducer.hpp>
+#include <scalify/dist/thread_group.hpp>
 #include <scalify/error.hpp>
 #include <scalify/io/diagnostics.hpp>
 #include <scalify/io/format.hpp>

@@ -15,6 +15,7 @@
 /// exception leaves the scope).
 
 #include <scalify/amp/any_scaled_array.hpp>
+#include <scalify/dist/reducer.hpp>
 #include <scalify/numeric/eigen.hpp>
 #include <scalify/numeric/minifloat.hpp>
 #include <scalify/ops/elementwise.hpp>
@@ -66,14 +67,20 @@ decltype(auto) with_dtype(dtype type, F&& f)
 template <ScaledElement F, class T, ScalePolicy P>
 [[nodiscard]] float rescale_power_for_cast(const ScaledArray<T, P>& a, cast_scaling scaling)
 {
-    if (scaling == cast_scaling::propagated || a.scale() == 0.0f) return 1.0f;
+    if (scaling == cast_scaling::propagated) return 1.0f;
     double factor = 0.0;
     if (scaling == cast_scaling::unscaled) {
+        if (a.scale() == 0.0f) return 1.0f;
         factor = 1.0 / double(a.scale());
     } else {
+        // The amax of every rank (dist::current_reducer()): all ranks cast under one scale. Every
+        // rank takes part, a zero-scale array too.
         double amax = 0.0;
-        for (const auto& x : a.data()) amax = std::max(amax, std::abs(double(scalify::detail::load(x))));
-        if (!(amax > 0.0) || !std::isfinite(amax)) return 1.0f;
+        if (a.scale() != 0.0f) {
+            for (const auto& x : a.data()) amax = std::max(amax, std::abs(double(scalify::detail::load(x))));
+        }
+        amax = dist::detail::global_data_amax(amax, double(a.scale()));
+        if (a.scale() == 0.0f || !(amax > 0.0) || !std::isfinite(amax)) return 1.0f;
         factor = amax / double(std::numeric_limits<F>::max());
     }
     const float pow2 = pow2_round_up(static_cast<float>(factor));

@@ -4,13 +4,15 @@
 /// - current_scaling<Format> (torchao "tensorwise"): the amax of the tensor being cast;
 /// - delayed_scaling<Format> (TransformerEngine): the amax history of earlier casts, so the scale
 ///   is known before the data are (one step of lag).
-/// Both use the recipes' convention, a *multiplier* q = max(Format) * 2^-margin / amax applied to
+/// The amax is the global one over the ranks of dist::current_reducer() (TransformerEngine's amax
+/// reduction group), so every rank casts with the same scale. Both use the recipes' convention, a *multiplier* q = max(Format) * 2^-margin / amax applied to
 /// the data before the cast; the ScaledArray they return carries our convention, scale = 1 / q,
 /// so value() is the original tensor up to the cast's rounding.
 ///
 ///     delayed_scaling<float8_e4m3fn> recipe;                 // history 1024, max, margin 0
 ///     auto x8 = recipe.quantize(activations);                  // uses the scale from history, then records amax
 
+#include <scalify/dist/reducer.hpp>
 #include <scalify/error.hpp>
 #include <scalify/numeric/convert.hpp>
 #include <scalify/numeric/limits.hpp>
@@ -27,16 +29,17 @@ namespace scalify {
 
 namespace detail {
 
-/// max |x| over the finite and infinite elements (NaN ignored).
+/// max |x| over the finite and infinite elements (NaN ignored), and over every rank of
+/// dist::current_reducer() (NaN when a rank's is).
 template <class T>
-[[nodiscard]] float amax_of(const xt::xarray<T>& x) noexcept
+[[nodiscard]] float amax_of(const xt::xarray<T>& x)
 {
     float amax = 0.0f;
     for (const auto& e : x) {
         const float m = std::abs(static_cast<float>(load(e)));
         amax = m > amax ? m : amax;
     }
-    return amax;
+    return static_cast<float>(dist::current_reducer().max(static_cast<double>(amax)));
 }
 
 /// x * q cast to Format (saturating: the recipes' casts are satfinite), as a ScaledArray of scale 1/q.

@@ -44,6 +44,7 @@
 /// Inside autodiff graphs (forward and backward ops each with a multiplier): autoscale_ad.hpp.
 
 #include <scalify/amp/any_scaled_array.hpp>
+#include <scalify/dist/reducer.hpp>
 #include <scalify/error.hpp>
 #include <scalify/numeric/limits.hpp>
 #include <scalify/ops/elementwise.hpp>
@@ -256,7 +257,8 @@ struct data_statistic {
     std::size_t saturated = 0;  ///< |x| >= the saturation bound
 };
 
-/// norm of the finite elements; saturated counts |x| >= bound.
+/// norm of the finite elements; saturated counts |x| >= bound. Over every rank of
+/// dist::current_reducer().
 template <class T>
 [[nodiscard]] data_statistic measure(const xt::xarray<T>& data, norm_kind kind, double bound)
 {
@@ -279,8 +281,20 @@ template <class T>
         amax = m > amax ? m : amax;
         s.saturated += m >= bound ? 1 : 0;
     }
-    if (finite == 0) return s;
-    const double count = static_cast<double>(finite);
+    // Over every rank of dist::current_reducer(): every rank measures the global tensor and keeps
+    // the same multiplier (the ranks' scales agree, since every scale decision is reduced).
+    double count = static_cast<double>(finite);
+    if (dist::reducer& world = dist::current_reducer(); world.size() > 1) {
+        double sums[] = {sum, sum_sq, count, static_cast<double>(n), static_cast<double>(s.non_finite),
+                         static_cast<double>(s.saturated)};
+        world.sum(sums);
+        amax = world.max(amax);
+        sum = sums[0], sum_sq = sums[1], count = sums[2];
+        s.count = static_cast<std::size_t>(sums[3]);
+        s.non_finite = static_cast<std::size_t>(sums[4]);
+        s.saturated = static_cast<std::size_t>(sums[5]);
+    }
+    if (count == 0.0) return s;
     switch (kind) {
     case norm_kind::rms: s.norm = std::sqrt(sum_sq / count); break;
     case norm_kind::stddev: {

@@ -11,6 +11,7 @@
 ///     if (!scaler.unscale(grads)) sgd_step(...);   // unscale returns found_inf
 ///     scaler.update();
 
+#include <scalify/dist/reducer.hpp>
 #include <scalify/error.hpp>
 #include <scalify/ops/elementwise.hpp>
 #include <scalify/scaled_array.hpp>
@@ -72,14 +73,16 @@ public:
     }
 
     /// Divides every gradient by the scale, in place, and records found_inf: true if any value is
-    /// inf or NaN (a zero-scale array is zeros and never is). ScaledArray gradients are unscaled
-    /// by their scale, not their data. Returns found_inf.
+    /// inf or NaN (a zero-scale array is zeros and never is) on any rank of dist::current_reducer(),
+    /// so every rank of a data-parallel job skips the same steps, as GradScaler all-reduces its
+    /// found_inf. ScaledArray gradients are unscaled by their scale, not their data. Returns found_inf.
     template <class T, class P>
     bool unscale(std::vector<ScaledArray<T, P>>& grads)
     {
         bool found = false;
         for (const auto& g : grads) found = found || !all_finite(g);
         for (auto& g : grads) g = div(g, static_cast<double>(m_state.scale));
+        found = dist::current_reducer().any(found);
         m_found_inf = found;
         return found;
     }
@@ -100,6 +103,7 @@ public:
             found = found || !std::isfinite(g);
             g *= inverse;
         }
+        found = dist::current_reducer().any(found);
         m_found_inf = found;
         return found;
     }
