@@ -13,6 +13,13 @@
 //                 [--train-limit N] [--data DIR] [--min-accuracy A] [--max-accuracy A]
 //                 [--autoscale-history FILE]   (fp8-autoscale: the scale history as CSV)
 //                 [--autoscale-strategy on-off|conservative]   (fp8-autoscale; default on-off)
+//                 [--wire storage|fp32|fp16|bf16|e4m3|e5m2] [--check-replicas]   (under mpirun)
+//
+// Under mpirun (built with MPI: docs/distributed.md) each rank trains on its share of every
+// global batch of 128 and the gradients are averaged across ranks (dist::all_reduce_gradients,
+// crossing as --wire: each gradient's own type by default); every scale decision is taken over
+// the global batch. Rank 0 prints. --check-replicas asserts after every step that all ranks hold
+// the same parameters and scales.
 //
 // --accumulate picks how the fp8 matmuls (forward and backward) accumulate: exact float32
 // (default), or the H100's tensor cores as cuBLASLt runs them (h100: partial sums promoted to
@@ -25,10 +32,16 @@
 // casts them at each matmul.
 #include "fashion_mnist.hpp"
 
+#ifdef SCALIFY_HAS_MPI
+#include <scalify/dist/mpi.hpp>
+#endif
+
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
 #include <numeric>
+#include <optional>
+#include <utility>
 
 using namespace scalify;
 using namespace fashion;
@@ -48,7 +61,21 @@ struct options {
     double max_accuracy = 1.0;  ///< for checks that a run collapses
     std::string autoscale_history;  ///< fp8-autoscale: write the scale history here (CSV)
     bool autoscale_conservative = false;  ///< fp8-autoscale: every op on (the default strategy) instead of on_off
+    std::string wire = "storage";  ///< under mpirun: the type gradients cross as
+    bool check_replicas = false;   ///< under mpirun: assert identical replicas after every step
 };
+
+/// --wire: nothing for each gradient's own type, else a dtype.
+std::optional<dtype> parse_wire(const std::string& name)
+{
+    if (name == "storage") return std::nullopt;
+    const std::pair<const char*, dtype> names[] = {{"fp32", dtype::float32}, {"fp16", dtype::float16}, {"bf16", dtype::bfloat16},
+                                                   {"e4m3", dtype::float8_e4m3fn}, {"e5m2", dtype::float8_e5m2}};
+    for (const auto& [text, type] : names) {
+        if (name == text) return type;
+    }
+    throw std::runtime_error("--wire must be storage, fp32, fp16, bf16, e4m3 or e5m2, got " + name);
+}
 
 double correct_predictions(const xt::xarray<float>& logits, const std::vector<std::uint8_t>& labels, std::size_t offset)
 {
@@ -93,6 +120,17 @@ int train(const options& opt, const mode& m)
     auto autoscaling = autoscale_context(opt.autoscale_conservative);
     constexpr bool autoscaled = std::same_as<Strategy, autoscale_strategy>;
     auto* const context = autoscaled ? &autoscaling : nullptr;
+    // Data parallel (under mpirun): every rank shuffles alike and takes its rows of each batch.
+    dist::reducer& world = dist::current_reducer();
+    const auto ranks = static_cast<std::size_t>(world.size());
+    const auto rank = static_cast<std::size_t>(world.rank());
+    const bool speaker = rank == 0;
+    if (batch % ranks != 0) throw std::runtime_error(fmt::format("the global batch of {} does not split over {} ranks", batch, ranks));
+    const std::size_t local_batch = batch / ranks;
+    fashion::data_parallel parallel;
+    parallel.reduce.wire = parse_wire(opt.wire);
+    parallel.check_replicas = opt.check_replicas;
+    std::size_t total_steps = 0;
     std::mt19937 shuffle_rng(opt.seed + 1);
     std::vector<std::size_t> order(train_set.labels.size());
     std::iota(order.begin(), order.end(), 0);
@@ -105,35 +143,59 @@ int train(const options& opt, const mode& m)
         double loss_sum = 0.0;
         std::size_t steps = 0;
         for (std::size_t first = 0; first + batch <= order.size(); first += batch, ++steps) {
-            const array x = as_scaled_array<pow2_scale>(rows_of(train_set.images, order, first, batch));
-            std::vector<std::uint8_t> y(batch);
-            for (std::size_t i = 0; i < batch; ++i) y[i] = train_set.labels[order[first + i]];
-            if (epoch == 1 && steps == 0 && m.gradient != dtype::float32) {
+            const std::size_t mine = first + rank * local_batch;
+            const array x = as_scaled_array<pow2_scale>(rows_of(train_set.images, order, mine, local_batch));
+            std::vector<std::uint8_t> y(local_batch);
+            for (std::size_t i = 0; i < local_batch; ++i) y[i] = train_set.labels[order[mine + i]];
+            if (epoch == 1 && steps == 0 && m.gradient != dtype::float32 && speaker) {
+                const dist::reduction_scope alone(dist::single_process_reducer());  // rank 0's rows, told by rank 0
                 ad::detail::with_dtype(m.gradient, [&]<class G>() { print_gradient_diagnostics<G>(params, x, y, opt, m); });
             }
             if (autoscaled && epoch == opt.epochs && first + 2 * batch > order.size()) autoscaling.final_check();
-            loss_sum += train_step<Strategy>(params, x, y, opt.loss_weight, optimizer, context) / opt.loss_weight;
+            loss_sum += train_step<Strategy>(params, x, y, opt.loss_weight, optimizer, context, &parallel) / opt.loss_weight;
         }
+        total_steps += steps;
         total_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        loss_sum = world.sum(loss_sum) / static_cast<double>(ranks);
+        // Test batches of 1000 round-robin over the ranks, each decided alone (as one process
+        // decides per batch), the correct counts summed.
         double correct = 0.0;
-        for (std::size_t first = 0; first < test_set.labels.size(); first += 1000) {
-            const std::size_t count = std::min<std::size_t>(1000, test_set.labels.size() - first);
-            const array x = as_scaled_array<pow2_scale>(xt::xarray<float>(xt::view(test_set.images, xt::range(first, first + count), xt::all())));
-            correct += correct_predictions(fashion::predict<Strategy>(params, x, context), test_set.labels, first);
+        {
+            const dist::reduction_scope alone(dist::single_process_reducer());
+            for (std::size_t first = rank * 1000; first < test_set.labels.size(); first += 1000 * ranks) {
+                const std::size_t count = std::min<std::size_t>(1000, test_set.labels.size() - first);
+                const array x = as_scaled_array<pow2_scale>(xt::xarray<float>(xt::view(test_set.images, xt::range(first, first + count), xt::all())));
+                correct += correct_predictions(fashion::predict<Strategy>(params, x, context), test_set.labels, first);
+            }
         }
+        correct = world.sum(correct);
         test_acc = correct / static_cast<double>(test_set.labels.size());
-        fmt::print("epoch {:2}  train_loss={:.4f}  test_acc={:.4f}  epoch_seconds={:.2f}\n", epoch,
-                   loss_sum / static_cast<double>(steps), test_acc, total_seconds / epoch);
+        if (speaker) {
+            fmt::print("epoch {:2}  train_loss={:.4f}  test_acc={:.4f}  epoch_seconds={:.2f}\n", epoch,
+                       loss_sum / static_cast<double>(steps), test_acc, total_seconds / epoch);
+        }
     }
-    if (autoscaled) {
+    if (ranks > 1 && speaker) {
+        const auto traffic = world.traffic();
+        const auto& r = parallel.last;
+        const double per_step = static_cast<double>(traffic.payload_bytes) / static_cast<double>(total_steps);
+        fmt::print("data parallel: {} ranks x {} rows; rank 0 sent {:.0f} bytes per step in {:.1f} collectives{}: gradient data {} "
+                   "bytes on the wire ({}), {} bytes in their storage types, {} elements; per step / storage = {:.4f}\n",
+                   ranks, local_batch, per_step, static_cast<double>(traffic.collectives) / static_cast<double>(total_steps),
+                   opt.check_replicas ? " (replica checks included)" : "", r.wire_bytes, opt.wire, r.storage_bytes, r.elements,
+                   per_step / static_cast<double>(r.storage_bytes));
+    }
+    if (autoscaled && speaker) {
         fmt::print("{}", autoscaling.report());
         if (!opt.autoscale_history.empty()) {
             std::ofstream csv(opt.autoscale_history);
             autoscaling.report().write_history_csv(csv);
         }
     }
-    fmt::print("summary mode={} loss_weight={} epochs={} test_acc={:.4f}{}\n", opt.mode, opt.loss_weight_text, opt.epochs,
-               test_acc, opt.accumulate == "exact" ? "" : " accumulate=" + opt.accumulate);
+    if (!speaker) return test_acc < opt.min_accuracy || test_acc > opt.max_accuracy ? 1 : 0;
+    fmt::print("summary mode={} loss_weight={} epochs={} test_acc={:.4f}{}{}\n", opt.mode, opt.loss_weight_text, opt.epochs,
+               test_acc, opt.accumulate == "exact" ? "" : " accumulate=" + opt.accumulate,
+               ranks == 1 ? "" : fmt::format(" ranks={} wire={}", ranks, opt.wire));
     if (test_acc < opt.min_accuracy) {
         fmt::print("test accuracy {:.4f} is below the required {:.4f}\n", test_acc, opt.min_accuracy);
         return 1;
@@ -156,9 +218,26 @@ double parse_weight(const std::string& text)
 int main(int argc, char** argv)
 {
     options opt;
+#ifdef SCALIFY_HAS_MPI
+    // Launched by mpirun: the ranks of MPI_COMM_WORLD reduce every scale decision and gradient.
+    std::optional<dist::mpi_session> mpi;
+    std::optional<dist::mpi_reducer> world;
+    std::optional<dist::reduction_scope> across_ranks;
+#endif
     try {
+#ifdef SCALIFY_HAS_MPI
+        if (dist::launched_by_mpi()) {
+            mpi.emplace(argc, argv);
+            world.emplace();
+            across_ranks.emplace(*world);
+        }
+#endif
         for (int i = 1; i < argc; ++i) {
             const std::string flag = argv[i];
+            if (flag == "--check-replicas") {
+                opt.check_replicas = true;
+                continue;
+            }
             if (i + 1 >= argc) throw std::runtime_error("missing value after " + flag);
             const std::string value = argv[++i];
             if (flag == "--mode") opt.mode = value;
@@ -173,6 +252,7 @@ int main(int argc, char** argv)
             else if (flag == "--min-accuracy") opt.min_accuracy = std::stod(value);
             else if (flag == "--max-accuracy") opt.max_accuracy = std::stod(value);
             else if (flag == "--autoscale-history") opt.autoscale_history = value;
+            else if (flag == "--wire") opt.wire = value;
             else if (flag == "--autoscale-strategy") {
                 if (value != "on-off" && value != "conservative")
                     throw std::runtime_error("--autoscale-strategy must be on-off or conservative, got " + value);
@@ -182,11 +262,15 @@ int main(int argc, char** argv)
         }
         if (!(opt.loss_weight > 0.0) || !std::isfinite(opt.loss_weight)) throw std::runtime_error("--loss-weight must be > 0");
         const mode& m = find_mode(opt.mode);
-        fmt::print("mode {}: {}\n", m.name, m.about);
+        (void)parse_wire(opt.wire);
+        if (dist::current_reducer().rank() == 0) fmt::print("mode {}: {}\n", m.name, m.about);
         if (m.name == "fp8-autoscale") return train<autoscale_strategy>(opt, m);
         return m.unit_scaled ? train<unit_scaling>(opt, m) : train<natural_scaling>(opt, m);
     } catch (const std::exception& e) {
         fmt::print(stderr, "fashion_mnist: {}\n", e.what());
+#ifdef SCALIFY_HAS_MPI
+        if (world) MPI_Abort(world->communicator(), 2);  // the other ranks may wait in a collective
+#endif
         return 2;
     }
 }

@@ -8,6 +8,7 @@
 #include <zlib.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <optional>
@@ -185,18 +186,61 @@ inline autoscale::scaling_context<pow2_scale> autoscale_context(bool conservativ
     return {autoscale::context_config{}, autoscale::on_off(1.0 / 3, 1.0 / 20)};
 }
 
+/// How a data-parallel step reduces its gradients (docs/distributed.md), and what it reports.
+struct data_parallel {
+    dist::all_reduce_options reduce;      ///< the wire type; the mean over ranks
+    dist::all_reduce_report last;         ///< the last step's reduction
+    bool check_replicas = false;          ///< assert every step that all ranks hold the same scales and parameters
+    std::size_t step = 0;
+};
+
+/// Every rank's gradient scales, parameter scales and parameter bits must be the same after a
+/// step: distributed_error naming the step and the tensor when they are not.
+inline void check_replicas(const mlp<array>& params, const mlp<ad::gradient<pow2_scale>>& grads, std::size_t step)
+{
+    std::vector<double> local;
+    mlp<array>& p = const_cast<mlp<array>&>(params);  // for_each_parameter takes the struct as it is declared; nothing is written
+    for_each_parameter(p, [&](const array& a) {
+        std::uint64_t hash = 14695981039346656037ull;  // FNV-1a over the data's bits
+        for (const float v : a.data()) hash = (hash ^ std::bit_cast<std::uint32_t>(v)) * 1099511628211ull;
+        local.insert(local.end(), {double(a.scale()), double(hash >> 32), double(hash & 0xffffffffu)});
+    });
+    auto& g = const_cast<mlp<ad::gradient<pow2_scale>>&>(grads);
+    for_each_parameter(g, [&](const ad::gradient<pow2_scale>& a) { local.push_back(double(a.scale())); });
+    std::vector<double> high = local, low(local.size());
+    for (std::size_t i = 0; i < local.size(); ++i) low[i] = -local[i];
+    dist::current_reducer().max(high);
+    dist::current_reducer().max(low);
+    for (std::size_t i = 0; i < local.size(); ++i) {
+        if (high[i] != -low[i]) {
+            const bool gradient = i >= 18;
+            SCALIFY_THROW(distributed_error(fmt::format(
+                "step {}: the ranks' replicas differ at {} {} ({} .. {})", step, gradient ? "the scale of gradient" : "parameter",
+                gradient ? i - 18 : i / 3, -low[i], high[i])));
+        }
+    }
+}
+
 /// One SGD step of the objective on a batch: forward and backward on the tape, then the update
 /// of the float32 masters. Returns the (weighted) loss. With a context (fp8-autoscale), the step's
-/// matmuls are its layers.
+/// matmuls are its layers. Across the ranks of dist::current_reducer() (more than one: a
+/// data-parallel job, x is this rank's share of the global batch) the gradients are averaged by
+/// dist::all_reduce_gradients before the update, so every rank updates alike.
 template <class Strategy, class Labels>
 double train_step(mlp<array>& params, const array& x, const Labels& labels, double loss_weight, const ad::sgd& optimizer,
-                  autoscale::scaling_context<pow2_scale>* autoscaling = nullptr)
+                  autoscale::scaling_context<pow2_scale>* autoscaling = nullptr, data_parallel* parallel = nullptr)
 {
     std::optional<autoscale::graph_scope<pow2_scale>> step;
     if (autoscaling != nullptr) step.emplace(*autoscaling);
     auto [loss, grads] = ad::value_and_grad<Strategy>(
         [&](const auto& p) { return objective(p, x, labels, loss_weight); }, params);
+    if (dist::current_reducer().size() > 1) {
+        const auto report = dist::all_reduce_gradients(grads, parallel != nullptr ? parallel->reduce : dist::all_reduce_options{});
+        if (parallel != nullptr) parallel->last = report;
+    }
     optimizer.step(params, grads);
+    if (parallel != nullptr && parallel->check_replicas) check_replicas(params, grads, parallel->step);
+    if (parallel != nullptr) ++parallel->step;
     return static_cast<double>(loss.value()());
 }
 

@@ -2,9 +2,12 @@
 // (0, subnormal, huge, NaN, inf) and data. Invalid input must end in a scalify::error (never a
 // crash, UB or out-of-bounds access); valid results must have the right shape and a valid scale,
 // and add/mul must agree with the double computation where everything is finite and in range.
+// all_reduce_gradients joins them, over one process and two thread ranks.
 #include "fuzz_support.hpp"
 
 #include <scalify/scalify.hpp>
+
+#include <algorithm>
 
 #include <bit>
 #include <cmath>
@@ -52,6 +55,49 @@ void guarded(F f)
         f();
     } catch (const scalify::error&) {
         // documented rejection
+    }
+}
+
+/// all_reduce_gradients of `a` (one process, or two thread ranks both holding `a`) in a fuzzer-chosen
+/// wire type: the mean of equal tensors is the tensor. A valid scale always; NaN where `a` holds
+/// inf or NaN; and for float32 data in float32 on the wire, the value itself (to a float rounding
+/// where the common scale's ratio to a's is not a power of two).
+template <class T, class P>
+void all_reduce_two_ways(reader& in, const ScaledArray<T, P>& a)
+{
+    if constexpr (ad::GradientElement<T>) {
+        const int ranks = in.byte() % 2 == 0 ? 1 : 2;
+        const dtype wires[] = {dtype::float32, dtype::float16, dtype::bfloat16, dtype::float8_e4m3fn, dtype::float8_e5m2};
+        dist::all_reduce_options options;
+        if (const auto choice = in.byte() % 6; choice < 5) options.wire = wires[choice];
+        std::vector<std::vector<ad::gradient<P>>> results(static_cast<std::size_t>(ranks));
+        dist::thread_group group(ranks);
+        group.run([&](dist::reducer& world) {
+            std::vector<ad::gradient<P>> grads{ad::gradient<P>(a)};
+            (void)dist::all_reduce_gradients(grads, options);
+            results[static_cast<std::size_t>(world.rank())] = std::move(grads);
+        });
+        const xt::xarray<float> before = a.value();
+        const xt::xarray<float> after = results[0][0].value();
+        check_result(results[0][0].template as<float>());
+        if (ranks == 2 && !std::ranges::equal(results[1][0].value(), after, [](float x, float y) {
+                return std::bit_cast<std::uint32_t>(x) == std::bit_cast<std::uint32_t>(y);
+            })) {
+            fail("all_reduce_gradients: the same bits on both ranks");
+        }
+        const bool exact_wire = std::same_as<T, float> && (!options.wire || *options.wire == dtype::float32);
+        float amax = 0.0f;
+        for (const float v : before) amax = std::isfinite(v) ? std::max(amax, std::abs(v)) : amax;
+        for (std::size_t i = 0; i < before.size(); ++i) {
+            const float v = a.scale() == 0.0f ? 0.0f : static_cast<float>(detail::load(a.data().data()[i])) * a.scale();
+            if (a.scale() != 0.0f && !std::isfinite(static_cast<float>(detail::load(a.data().data()[i])))) {
+                if (!std::isnan(after.data()[i])) fail("all_reduce_gradients: inf and NaN reduce to NaN");
+            } else if (exact_wire && std::isfinite(v) && std::isfinite(amax) &&
+                       std::abs(after.data()[i] - v) > std::ldexp(amax, -23) + 2 * std::numeric_limits<float>::denorm_min()) {
+                std::fprintf(stderr, "element %zu: %.9g became %.9g (amax %g)\n", i, double(v), double(after.data()[i]), double(amax));
+                fail("all_reduce_gradients: float32 on the wire keeps the mean of equal tensors");
+            }
+        }
     }
 }
 
@@ -125,6 +171,7 @@ void exercise(reader& in)
             (void)cond;
         });
         (void)tensor_stats<float8_e4m3fn>(a);
+        guarded([&] { all_reduce_two_ways(in, a); });
     });
 }
 

@@ -21,6 +21,14 @@
 #include <scalify/error.hpp>
 
 #include <fmt/format.h>
+
+// The C API only: Open MPI's and MPICH's deprecated C++ bindings do not compile warning-free.
+#ifndef OMPI_SKIP_MPICXX
+#define OMPI_SKIP_MPICXX 1
+#endif
+#ifndef MPICH_SKIP_MPICXX
+#define MPICH_SKIP_MPICXX 1
+#endif
 #include <mpi.h>
 
 #include <algorithm>
