@@ -87,7 +87,7 @@ struct first_leaf<std::pair<const K, X>> {
     using type = typename first_leaf<X>::type;
 };
 template <class X>
-    requires parameter_struct<X>::value
+    requires(!is_tree_leaf_v<X> && parameter_struct<X>::value)  // clang 14 takes gradient<P> for a parameter struct
 struct first_leaf<X> {
     using type = typename first_leaf<typename parameter_struct<X>::field_type>::type;
 };
