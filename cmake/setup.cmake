@@ -7,12 +7,13 @@ cmake_host_system_information(RESULT SCALIFY_JOBS QUERY NUMBER_OF_LOGICAL_CORES)
 # What each command needs. Both configure the same tree (build/, every option at its default)
 # and build only their own targets in it: the compiler, the libraries, zlib and the Fashion-MNIST
 # data for the training example, Catch2 and Google Benchmark, which configuring the tests and
-# benchmarks finds, and Open MPI for the data-parallel runs (optional to CMake; docs/distributed.md).
+# benchmarks finds, Open MPI for the data-parallel runs (optional to CMake; docs/distributed.md)
+# and OpenBLAS's OpenMP build under the training example's GEMMs (optional too).
 # The tests add clang 14 with its sanitizer and libFuzzer runtimes and its OpenMP (the sanitizer
 # tree).
 set(SCALIFY_DEMO_PACKAGES
   g++ make libeigen3-dev libxtensor-dev libfmt-dev zlib1g-dev dataset-fashion-mnist catch2 libbenchmark-dev
-  openmpi-bin libopenmpi-dev)
+  openmpi-bin libopenmpi-dev libopenblas-openmp-dev)
 set(SCALIFY_TEST_PACKAGES ${SCALIFY_DEMO_PACKAGES} clang-14 libclang-rt-14-dev libomp-14-dev)
 
 function(scalify_require_packages)
