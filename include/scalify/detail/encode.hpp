@@ -260,19 +260,24 @@ template <FloatFormat Format, rounding_mode Rounding, saturation_mode Saturation
     if constexpr (Rounding == rounding_mode::nearest_even) tiny = abs_bits > half_min_subnormal_bits ? min_subnormal_bits : 0u;
     std::uint32_t abs_result = abs_bits < min_subnormal_bits ? tiny : rounded;
     constexpr bool saturates = Saturation == saturation_mode::finite || !Format::has_nan;
+    bool overflows_to_nan = false;
     if constexpr (saturates) {
         abs_result = abs_result < max_bits ? abs_result : max_bits;
     } else if constexpr (Format::has_infinity) {
         abs_result = abs_result > max_bits ? 0x7f800000u : abs_result;
     } else {
-        abs_result = abs_result > max_bits ? float_nan : abs_result;
+        overflows_to_nan = abs_result > max_bits;
+        abs_result = overflows_to_nan ? float_nan : abs_result;
     }
     std::uint32_t result = sign | abs_result;
     const bool is_nan = abs_bits > 0x7f800000u;
     if constexpr (Format::specials == special_values::nan_negative_zero) {
-        // One NaN code, 0x80, which decodes with its sign bit set; and no negative zero.
-        result = (abs_result == float_nan || is_nan) ? (0x80000000u | float_nan) : result;
-        result = abs_result == 0 ? 0u : result;
+        // One NaN code, 0x80, which decodes with its sign bit set; and no negative zero. As masks:
+        // the selects written as ?: and || were control flow that kept GCC 12 from vectorising.
+        const std::uint32_t nan_mask = 0u - static_cast<std::uint32_t>(overflows_to_nan | is_nan);
+        const std::uint32_t zero_mask = 0u - static_cast<std::uint32_t>(abs_result == 0);
+        result = (result & ~nan_mask) | ((0x80000000u | float_nan) & nan_mask);
+        result &= ~zero_mask;
     } else if constexpr (Format::has_nan) {
         result = is_nan ? (sign | float_nan) : result;
     } else {
