@@ -1,11 +1,14 @@
 #pragma once
 /// \file reducer.hpp
 /// What the ranks of a data-parallel job must agree on, and the one interface scalify asks it
-/// through. Every scale decision that reads data goes through current_reducer(): the amax of
-/// current and delayed scaling, of dynamic_abs and of the autodiff recipe's current scaling; the
-/// statistic of dynamic_rescale_*; AutoScale's measurements; the loss scaler's found-inf. With a
-/// reducer spanning the ranks, every rank takes the same decision from the global batch; the
-/// default is one process, where every reduction is the identity and costs nothing.
+/// through: the decisions that become shared state or that the fp8 recipes take per tensor, i.e.
+/// the amax of current and delayed scaling and of the autodiff recipe's current scaling (as
+/// TransformerEngine reduces its amax), AutoScale's measurements (its held multipliers), the loss
+/// scaler's found-inf. scalify's own rescalings (dynamic_rescale_*, the dynamic_abs strategy) stay
+/// local, as the design document wants ("every rescaling is purely local, no need anymore for
+/// global reduce of statistics"): a power-of-two rebalance moves no value, and the gradient
+/// all-reduce respects each rank's scales. The default is one process, where every reduction is
+/// the identity and costs nothing.
 ///
 /// One primitive, all_gather of equal-size byte blocks. max, sum and any are built on it and fold
 /// the gathered blocks in rank order on every rank, so every rank computes the same bits (an MPI

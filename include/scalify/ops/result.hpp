@@ -4,7 +4,6 @@
 /// raw * natural / scale into the output type in one loop. Internal; ops use it.
 
 #include <scalify/detail/parallel.hpp>
-#include <scalify/dist/reducer.hpp>
 #include <scalify/scaled_array.hpp>
 #include <scalify/strategy/scaling.hpp>
 
@@ -135,8 +134,7 @@ template <class Op, class Strategy, ScalePolicy Policy, ScaledElement Out, class
         });
         C amax = C(0);
         for (const C m : range_amax) amax = m > amax ? m : amax;
-        // The amax of every rank of dist::current_reducer(): all ranks store under one scale.
-        request.raw_amax = static_cast<float>(dist::detail::global_data_amax(static_cast<double>(amax), request.natural));
+        request.raw_amax = static_cast<float>(amax);
         const float scale =
             checked_output_scale<Policy>(scaling_traits<Op, Strategy>::template output_scale<Policy>(request), op, request);
         write(scale, [&](std::size_t i) { return raw[i]; });

@@ -8,7 +8,6 @@
 ///
 ///     auto g = dynamic_rescale_l2(grad);   // RMS(data) ~ 1
 
-#include <scalify/dist/reducer.hpp>
 #include <scalify/ops/elementwise.hpp>
 #include <scalify/scaled_array.hpp>
 
@@ -23,32 +22,16 @@ enum class rescale_norm { max, l1, l2 };
 template <rescale_norm Norm, class T, class P>
 [[nodiscard]] ScaledArray<T, P> dynamic_rescale(const ScaledArray<T, P>& a, float epsilon)
 {
-    double statistic = 0.0;
-    if (a.scale() != 0.0f) {
-        for (const auto& x : a.data()) {
-            const double v = std::abs(static_cast<double>(load(x)));
-            if constexpr (Norm == rescale_norm::max) statistic = v > statistic ? v : statistic;
-            else if constexpr (Norm == rescale_norm::l1) statistic += v;
-            else statistic += v * v;
-        }
-    }
-    // Over every rank of dist::current_reducer(), so all ranks pick the same scale (every rank
-    // takes part, whatever its data): the statistic of the global tensor, in this rank's units.
-    double count = static_cast<double>(a.size());
-    if (dist::reducer& world = dist::current_reducer(); world.size() > 1) {
-        const double s = static_cast<double>(a.scale());
-        if constexpr (Norm == rescale_norm::max) {
-            statistic = dist::detail::global_data_amax(statistic, s);
-        } else {
-            double moments[2] = {statistic * (Norm == rescale_norm::l1 ? s : s * s), count};
-            world.sum(moments);
-            statistic = s > 0.0 ? moments[0] / (Norm == rescale_norm::l1 ? s : s * s) : statistic;
-            count = moments[1];
-        }
-    }
     if (a.scale() == 0.0f || a.size() == 0) return a;
-    if constexpr (Norm == rescale_norm::l1) statistic /= count;
-    if constexpr (Norm == rescale_norm::l2) statistic = std::sqrt(statistic / count);
+    double statistic = 0.0;
+    for (const auto& x : a.data()) {
+        const double v = std::abs(static_cast<double>(load(x)));
+        if constexpr (Norm == rescale_norm::max) statistic = v > statistic ? v : statistic;
+        else if constexpr (Norm == rescale_norm::l1) statistic += v;
+        else statistic += v * v;
+    }
+    if constexpr (Norm == rescale_norm::l1) statistic /= static_cast<double>(a.size());
+    if constexpr (Norm == rescale_norm::l2) statistic = std::sqrt(statistic / static_cast<double>(a.size()));
     if (!(statistic > 0.0) || !std::isfinite(statistic)) return a;
     statistic = std::max(statistic, static_cast<double>(epsilon));
     const float factor = pow2_round_nearest(static_cast<float>(statistic));
