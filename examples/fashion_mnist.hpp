@@ -196,17 +196,15 @@ struct data_parallel {
 
 /// Every rank's gradient scales, parameter scales and parameter bits must be the same after a
 /// step: distributed_error naming the step and the tensor when they are not.
-inline void check_replicas(const mlp<array>& params, const mlp<ad::gradient<pow2_scale>>& grads, std::size_t step)
+inline void check_replicas(mlp<array>& params, mlp<ad::gradient<pow2_scale>>& grads, std::size_t step)
 {
     std::vector<double> local;
-    mlp<array>& p = const_cast<mlp<array>&>(params);  // for_each_parameter takes the struct as it is declared; nothing is written
-    for_each_parameter(p, [&](const array& a) {
+    for_each_parameter(params, [&](const array& a) {
         std::uint64_t hash = 14695981039346656037ull;  // FNV-1a over the data's bits
         for (const float v : a.data()) hash = (hash ^ std::bit_cast<std::uint32_t>(v)) * 1099511628211ull;
         local.insert(local.end(), {double(a.scale()), double(hash >> 32), double(hash & 0xffffffffu)});
     });
-    auto& g = const_cast<mlp<ad::gradient<pow2_scale>>&>(grads);
-    for_each_parameter(g, [&](const ad::gradient<pow2_scale>& a) { local.push_back(double(a.scale())); });
+    for_each_parameter(grads, [&](const ad::gradient<pow2_scale>& a) { local.push_back(double(a.scale())); });
     std::vector<double> high = local, low(local.size());
     for (std::size_t i = 0; i < local.size(); ++i) low[i] = -local[i];
     dist::current_reducer().max(high);

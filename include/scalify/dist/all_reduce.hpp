@@ -137,12 +137,10 @@ void encode_block(const ScaledArray<T, P>& array, double s, std::byte* out)
     const double k = static_cast<double>(array.scale()) / s;
     const W nan = std::numeric_limits<W>::quiet_NaN();
     const auto kf = static_cast<float>(k);
-    const auto k_bits = std::bit_cast<std::uint32_t>(kf);
-    const std::uint32_t k_exponent = k_bits & 0x7f800000u;
     // A power-of-two k within float's normal range: multiplying in float rounds nothing (unless
     // the product is subnormal), and float is the fast path. Any other k: in double, one rounding.
-    const bool power_of_two = static_cast<double>(kf) == k && (k_bits & 0x007fffffu) == 0 && k_exponent != 0 &&
-                              k_exponent != 0x7f800000u;
+    const bool power_of_two = static_cast<double>(kf) == k && kf >= std::numeric_limits<float>::min() &&
+                              kf <= std::numeric_limits<float>::max() && is_pow2_or_zero(kf);
     if (array.scale() == 0.0f) {
     } else if (!std::same_as<W, double> && power_of_two) {
         for (std::size_t i = 0; i < n; ++i) {
@@ -206,8 +204,7 @@ all_reduce_report all_reduce(std::span<ad::gradient<P>* const> grads, const all_
                 name(-a[3]), name(a[2]), -a[5], a[4])));
         }
         report.found_non_finite = report.found_non_finite || a[1] != 0.0;
-        const int code = grads[t]->visit([]<class T>(const ScaledArray<T, P>&) { return type_code<T>(); });
-        wire[t] = options.wire ? type_code(*options.wire) : code;
+        wire[t] = options.wire ? type_code(*options.wire) : static_cast<int>(a[2]);  // every rank's type, checked above
         with_type_code(wire[t], [&]<class W>() {
             using A = accumulator_t<W>;
             const double limit = std::min(static_cast<double>(std::numeric_limits<W>::max()),
