@@ -65,7 +65,7 @@ inline constexpr bool is_string_map_v<std::map<std::string, X>> = true;
 template <class X>
 struct parameter_struct : std::false_type {};
 template <template <class> class S, class A>
-    requires requires(S<A>& s) { for_each_parameter(s, [](auto&) {}); }
+    requires(!is_tree_leaf_v<S<A>>) && requires(S<A>& s) { for_each_parameter(s, [](auto&) {}); }  // clang 14 matched gradient<P>
 struct parameter_struct<S<A>> : std::true_type {
     using field_type = A;
     template <class B>
@@ -87,7 +87,7 @@ struct first_leaf<std::pair<const K, X>> {
     using type = typename first_leaf<X>::type;
 };
 template <class X>
-    requires(!is_tree_leaf_v<X> && parameter_struct<X>::value)  // clang 14 takes gradient<P> for a parameter struct
+    requires parameter_struct<X>::value
 struct first_leaf<X> {
     using type = typename first_leaf<typename parameter_struct<X>::field_type>::type;
 };
