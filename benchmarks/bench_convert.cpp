@@ -92,17 +92,21 @@ void decode(benchmark::State& state)
 }
 BENCHMARK(decode)->Name("scalify_decode_e4m3fn");
 
+template <class T, class Saturation>
 void fake_quantize(benchmark::State& state)
 {
     std::vector<float> out(n);
     for (auto _ : state) {
-        fake_quantize_n<float8_e4m3fn, round_nearest_even, saturate_finite>(inputs(), out);
+        fake_quantize_n<T, round_nearest_even, Saturation>(inputs(), out);
         benchmark::DoNotOptimize(out.data());
         benchmark::ClobberMemory();
     }
     finish(state);
 }
-BENCHMARK(fake_quantize)->Name("scalify_fake_quantize_e4m3fn");
+BENCHMARK(fake_quantize<float8_e4m3fn, saturate_finite>)->Name("scalify_fake_quantize_e4m3fn");
+// The formats with one NaN and no negative zero, unsaturated: overflow becomes their NaN.
+BENCHMARK(fake_quantize<float8_e4m3fnuz, no_saturation>)->Name("scalify_fake_quantize_e4m3fnuz_rne");
+BENCHMARK(fake_quantize<float8_e5m2fnuz, no_saturation>)->Name("scalify_fake_quantize_e5m2fnuz_rne");
 
 #if SCALIFY_BENCH_CUDA_FP8
 template <__nv_saturation_t Saturation, __nv_fp8_interpretation_t Format>
