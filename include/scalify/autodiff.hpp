@@ -2,7 +2,7 @@
 /// \file autodiff.hpp
 /// Reverse-mode autodiff over the scaled primitives (namespace scalify::ad): ad::var, ad::tape,
 /// the differentiable ops and operators, gradient-path ops, value_and_grad / grad over parameter
-/// trees, the matmul precision recipe, and SGD. See docs/autodiff.md.
+/// trees, the matmul precision recipe, SGD and Adam (AdamW). See docs/autodiff.md.
 
 #include <scalify/autodiff/grad.hpp>
 #include <scalify/autodiff/gradient.hpp>
@@ -11,3 +11,4 @@
 #include <scalify/autodiff/tape.hpp>
 #include <scalify/ops/operators.hpp>
 #include <scalify/train/sgd.hpp>
+#include <scalify/train/adam.hpp>

@@ -22,6 +22,12 @@ public:
     using error::error;
 };
 
+/// An index outside its range (an embedding id that is negative or not below the table's rows).
+class index_error : public error {
+public:
+    using error::error;
+};
+
 /// A scale that is negative, NaN, infinite, or not a power of two where one is required.
 class scale_error : public error {
 public:

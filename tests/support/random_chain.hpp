@@ -9,13 +9,33 @@
 
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <optional>
 #include <random>
 #include <vector>
 
 namespace scalify::testing {
 
-enum class chain_op : std::uint8_t { relu, gelu, neg, abs, mul_c, add_bias, maximum_c, softmax, scale_3, exp_small, transpose2, count };
+enum class chain_op : std::uint8_t {
+    relu, gelu, neg, abs, mul_c, add_bias, maximum_c, softmax, scale_3, exp_small, transpose2,
+    // The transformer's ops: tanh; layer_norm and rms_norm along the rows; softmax of causally
+    // masked rows (a plain softmax for types without an infinity); the rows gathered by fixed ids
+    // (embedding, h as its table); h plus each row's dot product with c's row (a batched matmul
+    // of M (1 x N) by (N x 1) products, broadcast back).
+    tanh, layer_norm, rms_norm, masked_softmax, gather_rows, row_dot,
+    count
+};
+
+/// The ids gather_rows reads: row i takes row (7 i + 3) mod M (repeats and gaps for most M).
+inline xt::xarray<int> gather_ids(std::size_t rows)
+{
+    xt::xarray<int> ids = xt::xarray<int>::from_shape({rows});
+    for (std::size_t i = 0; i < rows; ++i) ids(i) = static_cast<int>((7 * i + 3) % rows);
+    return ids;
+}
+
+template <class H>
+inline constexpr bool maskable_v = std::numeric_limits<typename H::value_type>::has_infinity;
 
 inline constexpr std::size_t chain_op_count = static_cast<std::size_t>(chain_op::count);
 
@@ -46,6 +66,21 @@ struct chain {
         case chain_op::scale_3: return h * 3.0;
         case chain_op::exp_small: return exp(h * 0.0625);
         case chain_op::transpose2: return transpose(transpose(h));
+        case chain_op::tanh: return tanh(h);
+        case chain_op::layer_norm: return layer_norm(h);
+        case chain_op::rms_norm: return rms_norm(h);
+        case chain_op::masked_softmax:
+            if constexpr (maskable_v<H>) return softmax(causal_mask(h), 1);
+            else return softmax(h, 1);
+        case chain_op::gather_rows: return embedding(h, gather_ids(h.shape()[0]));
+        case chain_op::row_dot: {
+            // Two statements: the row's node is recorded before the column's whatever the
+            // compiler's argument order (the cotangents' sum order follows the nodes).
+            const std::size_t m = h.shape()[0], n = h.shape()[1];
+            const auto row = reshape(h, {m, 1, n});
+            const auto column = reshape(c, {m, n, 1});
+            return h + reshape(matmul(row, column), {m, 1});
+        }
         case chain_op::count: break;
         }
         return h;
@@ -102,6 +137,19 @@ chain_gradients<P> hand_gradients(const chain& program, const ScaledArray<T, P>&
         case chain_op::scale_3: h = mul(h, 3.0); break;
         case chain_op::exp_small: h = exp<Strategy>(pre_exp.back()); break;
         case chain_op::transpose2: h = transpose(transpose(h)); break;
+        case chain_op::tanh: h = tanh<Strategy>(h); break;
+        case chain_op::layer_norm: h = layer_norm<Strategy>(h); break;
+        case chain_op::rms_norm: h = rms_norm<Strategy>(h); break;
+        case chain_op::masked_softmax:
+            if constexpr (maskable_v<ScaledArray<T, P>>) h = softmax<Strategy>(causal_mask(h), 1);
+            else h = softmax<Strategy>(h, 1);
+            break;
+        case chain_op::gather_rows: h = embedding(h, gather_ids(h.shape()[0])); break;
+        case chain_op::row_dot: {
+            const std::size_t m = h.shape()[0], n = h.shape()[1];
+            h = add<Strategy>(h, reshape(matmul<Strategy>(reshape(h, {m, 1, n}), reshape(c, {m, n, 1})), {m, 1}));
+            break;
+        }
         case chain_op::count: break;
         }
         outputs.push_back(h);
@@ -141,6 +189,27 @@ chain_gradients<P> hand_gradients(const chain& program, const ScaledArray<T, P>&
             case chain_op::scale_3: return mul(gk, 3.0);
             case chain_op::exp_small: return mul(exp_vjp<Strategy>(gk, y), 0.0625);
             case chain_op::transpose2: return transpose_vjp(transpose_vjp(gk));
+            case chain_op::tanh: return tanh_vjp<Strategy>(gk, x);
+            case chain_op::layer_norm: return layer_norm_vjp<Strategy>(gk, x);
+            case chain_op::rms_norm: return rms_norm_vjp<Strategy>(gk, x);
+            case chain_op::masked_softmax:
+                if constexpr (maskable_v<ScaledArray<T, P>>) return causal_mask_vjp(softmax_vjp<Strategy>(gk, y, 1));
+                else return softmax_vjp<Strategy>(gk, y, 1);
+            case chain_op::gather_rows: return embedding_vjp<Strategy>(gk, gather_ids(x.shape()[0]), x.shape()[0]);
+            case chain_op::row_dot: {
+                // The tape's order: the add's cotangent reaches x first; then (the later node
+                // first) c's column and x's row, each through its reshape.
+                const std::size_t m = x.shape()[0], n = x.shape()[1];
+                const auto row = reshape(x, {m, 1, n}), column = reshape(c, {m, n, 1});
+                const auto dots = reshape(matmul<Strategy>(row, column), {m, 1});
+                auto r = add_vjp<Strategy>(gk, x.shape(), dots.shape());
+                ad::gradient<P> sum;
+                accumulate<Strategy>(sum, r.first);
+                auto products = matmul_vjp<Strategy>(reshape(r.second, {m, 1, 1}), row, column);
+                accumulate<Strategy>(out.c, reshape(products.second, {m, n}));
+                accumulate<Strategy>(sum, reshape(products.first, {m, n}));
+                return sum;
+            }
             case chain_op::count: break;
             }
             return gk;

@@ -24,6 +24,7 @@ using scalify::testing::random_pow2_scale;
 TEST_CASE("autodiff gradients agree with central finite differences in double", "[autodiff]")
 {
     std::mt19937 rng(7);
+    int redrawn = 0;
     for (int trial = 0; trial < 20; ++trial) {
         const std::size_t m = 3, k = 4, n = 5;
         const auto program = random_chain(rng, 3);
@@ -33,7 +34,16 @@ TEST_CASE("autodiff gradients agree with central finite differences in double", 
         // Keep values O(1) so exp and softmax stay in range: scales only move data/scale balance.
         for (auto& p : params) p = ScaledArray<double, float_scale>(xt::xarray<double>(p.data() / double(p.scale())), p.scale());
 
-        const auto grads = ad::grad([&](const auto& ps) { return program(ps[0], ps[1], ps[2], ps[3]); }, params);
+        // Scales of 2^+-40 multiply along a chain (mul by c, c's row in a batched matmul): a chain
+        // whose scales leave float32 ends in the documented scale_error, and is drawn again.
+        std::vector<ad::gradient<float_scale>> grads;
+        try {
+            grads = ad::grad([&](const auto& ps) { return program(ps[0], ps[1], ps[2], ps[3]); }, params);
+        } catch (const scale_error&) {
+            REQUIRE(++redrawn < 40);
+            --trial;
+            continue;
+        }
         for (std::size_t which = 0; which < params.size(); ++which) {
             const xt::xarray<float> analytic = grads[which].value();
             for (std::size_t i = 0; i < params[which].size(); ++i) {

@@ -15,7 +15,9 @@
 #include <scalify/ops/elementwise.hpp>
 #include <scalify/ops/matmul.hpp>
 #include <scalify/ops/nn.hpp>
+#include <scalify/ops/normalization.hpp>
 #include <scalify/ops/reduce.hpp>
+#include <scalify/ops/sequence.hpp>
 #include <scalify/ops/shape.hpp>
 #include <scalify/strategy/rescale.hpp>
 #include <scalify/train/backward.hpp>
@@ -23,6 +25,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <concepts>
 #include <cstddef>
 #include <tuple>
@@ -527,7 +530,7 @@ template <class T, class P, class S>
 namespace detail {
 
 /// a.b recorded with matmul_vjp; only the gradients an input needs are computed (each by the
-/// same product matmul_vjp forms).
+/// same product matmul_vjp forms). Batched and 1-D operands as numpy's matmul.
 template <class R, class S, class A, class B, class P>
 [[nodiscard]] var<R, P, S> recorded_matmul(const var<A, P, S>& a, const var<B, P, S>& b)
 {
@@ -536,6 +539,10 @@ template <class R, class S, class A, class B, class P>
                         [need_a, need_b](const auto& g, const auto&, const auto& av, const auto& bv) {
                             using GA = decltype(scalify::detail::matmul_transposed_b<S>(g, bv));
                             using GB = decltype(scalify::detail::matmul_transposed_a<S>(av, g));
+                            if (av.dimension() != 2 || bv.dimension() != 2) {
+                                auto r = scalify::detail::batched_matmul_vjp<S, void>(g, av, bv, need_a, need_b);
+                                return std::tuple<GA, GB>{std::move(r.first), std::move(r.second)};
+                            }
                             if (need_a && need_b) {
                                 auto r = scalify::matmul_vjp<S>(g, av, bv);
                                 return std::tuple<GA, GB>{std::move(r.first), std::move(r.second)};
@@ -571,7 +578,8 @@ template <ScaledElement G, class T, class P, class S>
 
 }  // namespace detail
 
-/// a (M x K) times b (K x N). Under a matmul_precision_scope the operands are first cast to the
+/// a (M x K) times b (K x N), and over leading batch dimensions as numpy's matmul (1-D operands
+/// too; see scalify::matmul). Under a matmul_precision_scope the operands are first cast to the
 /// scope's forward type and the cotangent reaching the product to its gradient type, each scaled
 /// as the scope says (see recipe.hpp); the result keeps the type it has without the scope.
 template <class X, class Y>
@@ -597,6 +605,69 @@ template <class X, class Y>
             else return detail::recipe_cast_grad<G>(product, precision.scaling);
         });
     });
+}
+
+// ---- normalisation and sequence ops ------------------------------------------------------------
+
+/// layer_norm along the last axis (natural scale 1; normalization.hpp); backward layer_norm_vjp.
+template <class T, class P, class S>
+[[nodiscard]] var<T, P, S> layer_norm(const var<T, P, S>& x, double eps = 1e-5)
+{
+    return detail::record_op<S>("layer_norm", scalify::layer_norm<S>(x.value(), eps), std::tuple{x},
+                                [eps](const auto& g, const auto&, const auto& xv) {
+                                    return std::tuple{scalify::layer_norm_vjp<S>(g, xv, eps)};
+                                });
+}
+
+/// rms_norm along the last axis (natural scale 1; normalization.hpp); backward rms_norm_vjp.
+template <class T, class P, class S>
+[[nodiscard]] var<T, P, S> rms_norm(const var<T, P, S>& x, double eps = 1e-6)
+{
+    return detail::record_op<S>("rms_norm", scalify::rms_norm<S>(x.value(), eps), std::tuple{x},
+                                [eps](const auto& g, const auto&, const auto& xv) {
+                                    return std::tuple{scalify::rms_norm_vjp<S>(g, xv, eps)};
+                                });
+}
+
+/// The rows table[ids] (sequence.hpp); the table's gradient scatter-adds the cotangent's rows.
+template <class T, class P, class S, std::integral I>
+[[nodiscard]] var<T, P, S> embedding(const var<T, P, S>& table, const xt::xarray<I>& ids)
+{
+    return detail::record_op<S>("embedding", scalify::embedding(table.value(), ids), std::tuple{table},
+                                [ids, rows = table.shape()[0]](const auto& g, const auto&, const auto&) {
+                                    return std::tuple{scalify::embedding_vjp<S>(g, ids, rows)};
+                                });
+}
+
+/// Scores with the future masked to -inf (sequence.hpp); the cotangent's masked entries zeroed.
+template <class T, class P, class S>
+[[nodiscard]] var<T, P, S> causal_mask(const var<T, P, S>& scores)
+{
+    return detail::record_op<S>("causal_mask", scalify::causal_mask(scores.value()), std::tuple{scores},
+                                [](const auto& g, const auto&, const auto&) { return std::tuple{scalify::causal_mask_vjp(g)}; });
+}
+
+/// Scaled dot-product attention as a composition of the differentiable ops:
+/// softmax(q k^T / sqrt(d) [causal_mask]) v over the last two axes, q (..., T_q, d),
+/// k (..., T_k, d), v (..., T_k, d_v), leading axes batched as matmul's. The 1/sqrt(d) is a
+/// factor of the scale (no datum changes); under a matmul_precision_scope both products take
+/// the recipe's casts, as every matmul does. (A fused kernel would save at most the 7.5 % of an
+/// fp8 training step that attention's element-wise work takes in the char_lm example:
+/// docs/benchmarks.md.)
+template <class T, class P, class S>
+[[nodiscard]] var<T, P, S> attention(const var<T, P, S>& q, const var<T, P, S>& k, const var<T, P, S>& v, bool causal = false)
+{
+    if (q.dimension() < 2 || k.dimension() < 2 || v.dimension() < 2) {
+        SCALIFY_THROW(shape_error(fmt::format("attention: q, k, v must be (..., T, d), got shapes {}, {}, {}",
+                                              shape_string(q.shape()), shape_string(k.shape()), shape_string(v.shape()))));
+    }
+    std::vector<std::size_t> swap_last(k.dimension());
+    for (std::size_t d = 0; d < swap_last.size(); ++d) swap_last[d] = d;
+    std::swap(swap_last[swap_last.size() - 2], swap_last[swap_last.size() - 1]);
+    const double head_size = static_cast<double>(q.shape()[q.dimension() - 1]);
+    auto scores = matmul(q, transpose(k, std::move(swap_last))) * (1.0 / std::sqrt(head_size));
+    if (causal) scores = causal_mask(scores);
+    return matmul(softmax(scores, scores.dimension() - 1), v);
 }
 
 // ---- loss -------------------------------------------------------------------------------------
@@ -696,6 +767,15 @@ template <class T, class P>
 [[nodiscard]] ScaledArray<T, P> stop_gradient(const ScaledArray<T, P>& x)
 {
     return x;
+}
+
+/// ad::attention on plain ScaledArrays (inference, no tape), under Strategy's rules.
+template <class Strategy = default_scaling, class T, class P>
+[[nodiscard]] ScaledArray<T, P> attention(const ScaledArray<T, P>& q, const ScaledArray<T, P>& k, const ScaledArray<T, P>& v,
+                                          bool causal = false)
+{
+    using constant = ad::var<T, P, Strategy>;
+    return ad::attention(constant(q), constant(k), constant(v), causal).value();
 }
 
 }  // namespace scalify

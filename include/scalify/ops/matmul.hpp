@@ -1,6 +1,6 @@
 #pragma once
 /// \file matmul.hpp
-/// matmul of 2-D ScaledArrays. By default through Eigen's GEMM: operands that are not float
+/// matmul of ScaledArrays: 2-D, and over leading batch dimensions as numpy's. By default through Eigen's GEMM: operands that are not float
 /// (minifloats, half, bfloat16) are decoded whole into float panels first, then one sgemm
 /// accumulates in float32 (double for double data); never element-by-element dot products. With
 /// a static strategy the rescale natural/scale is GEMM's alpha, so a float x float matmul costs
@@ -220,26 +220,149 @@ template <class Strategy, class Out, class Gemm, bool TransposeA = false, bool T
     }
 }
 
-/// matmul_with under the thread's tensor_core::current_accumulation() (exact for operand pairs
-/// no model covers).
-template <class Strategy, class Out, bool TransposeA = false, bool TransposeB = false, class A, class PA, class B,
-          class PB, class Buffer = no_buffer>
-[[nodiscard]] auto matmul_scoped(const ScaledArray<A, PA>& a, const ScaledArray<B, PB>& b, Buffer&& buffer = {})
+/// f.template operator()<Gemm>() with the Gemm of the calling thread's
+/// tensor_core::current_accumulation() for operands A and B (void: exact float32, also for operand
+/// pairs no model covers). Read once on the calling thread: the setting is thread-local, and the
+/// batched product's workers must use the caller's.
+template <class A, class B, class F>
+decltype(auto) with_current_gemm(F&& f)
 {
     using h100 = tensor_core::operand_gemm_t<tensor_core::h100_cublaslt_fp8, A, B>;
     using h100_fast = tensor_core::operand_gemm_t<tensor_core::h100_cublaslt_fp8_fast, A, B>;
     if constexpr (std::is_void_v<h100> && std::is_void_v<h100_fast>) {
-        return matmul_with<Strategy, Out, void, TransposeA, TransposeB>(a, b, std::forward<Buffer>(buffer));
+        return std::forward<F>(f).template operator()<void>();
     } else {
         switch (tensor_core::current_accumulation()) {
-        case tensor_core::accumulation::h100:
-            return matmul_with<Strategy, Out, h100, TransposeA, TransposeB>(a, b, std::forward<Buffer>(buffer));
-        case tensor_core::accumulation::h100_fast:
-            return matmul_with<Strategy, Out, h100_fast, TransposeA, TransposeB>(a, b, std::forward<Buffer>(buffer));
+        case tensor_core::accumulation::h100: return std::forward<F>(f).template operator()<h100>();
+        case tensor_core::accumulation::h100_fast: return std::forward<F>(f).template operator()<h100_fast>();
         case tensor_core::accumulation::exact: break;
         }
-        return matmul_with<Strategy, Out, void, TransposeA, TransposeB>(a, b, std::forward<Buffer>(buffer));
+        return std::forward<F>(f).template operator()<void>();
     }
+}
+
+/// matmul_with under the thread's tensor_core::current_accumulation().
+template <class Strategy, class Out, bool TransposeA = false, bool TransposeB = false, class A, class PA, class B,
+          class PB, class Buffer = no_buffer>
+[[nodiscard]] auto matmul_scoped(const ScaledArray<A, PA>& a, const ScaledArray<B, PB>& b, Buffer&& buffer = {})
+{
+    return with_current_gemm<A, B>([&]<class Gemm>() {
+        return matmul_with<Strategy, Out, Gemm, TransposeA, TransposeB>(a, b, std::forward<Buffer>(buffer));
+    });
+}
+
+/// The shapes of numpy's matmul: operands (..., M, K) and (..., K, N), their leading (batch)
+/// dimensions broadcast; a 1-D first operand is a row (K) and a 1-D second one a column (K),
+/// whose unit axis the result drops.
+struct batched_shapes {
+    std::vector<std::size_t> a_batch, b_batch, batch;  ///< each operand's batch shape, and their broadcast
+    std::size_t m = 1, k = 0, n = 1;
+    bool a_vector = false, b_vector = false;
+    std::vector<std::size_t> out;  ///< the result's shape
+
+    template <class SA, class SB>
+    batched_shapes(const SA& a, const SB& b)
+    {
+        const auto fail = [&](const char* why) {
+            SCALIFY_THROW(shape_error(fmt::format("matmul: shapes {} and {} do not multiply ({})", shape_string(a),
+                                                  shape_string(b), why)));
+        };
+        if (a.size() == 0 || b.size() == 0) fail("0-d operands: use mul");
+        a_vector = a.size() == 1;
+        b_vector = b.size() == 1;
+        k = a[a.size() - 1];
+        if ((b_vector ? b[0] : b[b.size() - 2]) != k) fail("the inner dimensions differ");
+        if (!a_vector) m = a[a.size() - 2];
+        if (!b_vector) n = b[b.size() - 1];
+        a_batch.assign(a.begin(), a.end() - (a_vector ? 1 : 2));
+        b_batch.assign(b.begin(), b.end() - (b_vector ? 1 : 2));
+        const std::size_t rank = std::max(a_batch.size(), b_batch.size());
+        batch.assign(rank, 1);
+        for (std::size_t d = 0; d < rank; ++d) {
+            const std::size_t ea = d + a_batch.size() < rank ? 1 : a_batch[d + a_batch.size() - rank];
+            const std::size_t eb = d + b_batch.size() < rank ? 1 : b_batch[d + b_batch.size() - rank];
+            if (ea != eb && ea != 1 && eb != 1) fail("the batch dimensions do not broadcast");
+            batch[d] = ea == 1 ? eb : ea;
+        }
+        out = batch;
+        if (!a_vector) out.push_back(m);
+        if (!b_vector) out.push_back(n);
+    }
+
+    [[nodiscard]] std::size_t batch_count() const noexcept { return element_count(batch); }
+
+    /// The index of batch `t` (row-major over `batch`) in an operand of batch shape `own`
+    /// (right-aligned, extents of 1 broadcast).
+    [[nodiscard]] std::size_t operand_batch(const std::vector<std::size_t>& own, std::size_t t) const noexcept
+    {
+        std::size_t index = 0, stride = 1;
+        for (std::size_t d = batch.size(); d-- > 0;) {
+            const std::size_t coordinate = t % batch[d];
+            t /= batch[d];
+            if (d + own.size() < batch.size()) break;  // this axis and those left of it: not the operand's
+            const std::size_t extent = own[d + own.size() - batch.size()];
+            if (extent != 1) index += coordinate * stride;
+            stride *= extent;
+        }
+        return index;
+    }
+};
+
+/// The array's data under a new shape of the same size, at the same scale: a copy, or the same
+/// memory for an array about to expire.
+template <class T, class P>
+[[nodiscard]] ScaledArray<T, P> with_shape(const ScaledArray<T, P>& a, std::vector<std::size_t> shape)
+{
+    xt::xarray<T> data = a.data();
+    data.reshape(shape);
+    return ScaledArray<T, P>(std::move(data), a.scale());
+}
+template <class T, class P>
+[[nodiscard]] ScaledArray<T, P> with_shape(ScaledArray<T, P>&& a, std::vector<std::size_t> shape)
+{
+    const float scale = a.scale();
+    xt::xarray<T> data = std::move(a).release_data();
+    data.reshape(shape);
+    return ScaledArray<T, P>(std::move(data), scale);
+}
+
+/// matmul over leading batch dimensions (numpy's matmul), the product of each batch accumulated
+/// by Gemm (void: Eigen's float32 GEMM) and the scales applied once over the whole result, so the
+/// result has one scale and the same rule as a 2-D product of the same K. With a 2-D (or 1-D)
+/// second operand every batch multiplies the same matrix: the batches' rows form one 2-D product
+/// (a linear layer over a batch of sequences is one GEMM).
+template <class Strategy, class Out, class Gemm, class A, class PA, class B, class PB>
+[[nodiscard]] auto batched_matmul_with(const ScaledArray<A, PA>& a, const ScaledArray<B, PB>& b)
+{
+    using C = std::common_type_t<compute_t<A>, compute_t<B>>;
+    using R = detail::out_or_t<Out, promote_t<A, B>>;
+    using P = common_policy_t<PA, PB>;
+    const batched_shapes s(a.shape(), b.shape());
+    const std::size_t batches = s.batch_count(), m = s.m, k = s.k, n = s.n;
+    const ScaledArray<B, PB> b2 = s.b_vector ? with_shape(b, {k, 1}) : b;
+    if (s.b_batch.empty()) {
+        const auto rows = with_shape(a, {batches * m, k});
+        return with_shape(matmul_with<Strategy, Out, Gemm>(rows, b2, no_buffer{}), s.out);
+    }
+    scale_request request;
+    request.natural = static_cast<float>(double(a.scale()) * b.scale());
+    request.input_scales[0] = a.scale();
+    request.input_scales[1] = b.scale();
+    request.input_count = 2;
+    request.contraction = k;
+    // Each batch's raw product (scale-1 operands, natural scaling: the data product itself), the
+    // batches across threads; the scales apply once, in finish.
+    std::vector<C> raw(batches * m * n);
+    parallel_for(batches, [&](std::size_t t) {
+        xt::xarray<A> at = xt::xarray<A>::from_shape({m, k});
+        xt::xarray<B> bt = xt::xarray<B>::from_shape({k, n});
+        std::copy_n(a.data().data() + s.operand_batch(s.a_batch, t) * m * k, m * k, at.data());
+        std::copy_n(b2.data().data() + s.operand_batch(s.b_batch, t) * k * n, k * n, bt.data());
+        const auto product =
+            matmul_with<natural_scaling, C, Gemm>(ScaledArray<A, PA>(std::move(at), 1.0f), ScaledArray<B, PB>(std::move(bt), 1.0f), no_buffer{});
+        std::copy_n(product.data().data(), m * n, raw.data() + t * m * n);
+    });
+    return finish<ops::matmul, Strategy, P, R, C>("matmul", s.out, request, [&raw](std::size_t i) { return raw[i]; });
 }
 
 /// a.b^T and a^T.b without materialising the transpose (matmul_vjp's two products).
@@ -256,9 +379,12 @@ template <class Strategy = default_scaling, class Out = void, class A, class PA,
 
 }  // namespace detail
 
-/// a (M x K) times b (K x N). shape_error unless both are 2-D with matching inner dimensions.
-/// The optional third argument is a buffer to write the result into (its memory is reused when it
-/// already holds M x N elements), typically the data of the previous result:
+/// a times b as numpy's matmul: (M x K) times (K x N), and over leading batch dimensions, which
+/// broadcast ((..., M, K) times (..., K, N)); a 1-D first operand is a row and a 1-D second one a
+/// column, whose axis the result drops. One scale for the whole result, from the strategy's
+/// matmul rule with the request's contraction K; shape_error naming both shapes when they do not
+/// multiply. The optional third argument is a buffer for a 2-D result (its memory is reused when
+/// it already holds M x N elements), typically the data of the previous result:
 ///     c = matmul(a, b, std::move(c).release_data());   // no allocation in a loop
 /// The data-domain product accumulates as the thread's tensor_core::current_accumulation() says
 /// (exact float32 outside any accumulation_scope) for the operand pairs a model covers.
@@ -267,7 +393,8 @@ template <class Strategy = default_scaling, class Out = void, class A, class PA,
     requires(!tensor_core::AccumulationModel<std::remove_cvref_t<Buffer>>)
 [[nodiscard]] auto matmul(const ScaledArray<A, PA>& a, const ScaledArray<B, PB>& b, Buffer&& buffer = {})
 {
-    return detail::matmul_scoped<Strategy, Out>(a, b, std::forward<Buffer>(buffer));
+    if (a.dimension() == 2 && b.dimension() == 2) return detail::matmul_scoped<Strategy, Out>(a, b, std::forward<Buffer>(buffer));
+    return detail::with_current_gemm<A, B>([&]<class Gemm>() { return detail::batched_matmul_with<Strategy, Out, Gemm>(a, b); });
 }
 
 /// matmul accumulating as Model says for this call, whatever the thread's scope:
@@ -278,7 +405,9 @@ template <class Strategy = default_scaling, class Out = void, tensor_core::Accum
           class B, class PB, class Buffer = detail::no_buffer>
 [[nodiscard]] auto matmul(const ScaledArray<A, PA>& a, const ScaledArray<B, PB>& b, Model, Buffer&& buffer = {})
 {
-    return detail::matmul_with<Strategy, Out, tensor_core::operand_gemm_t<Model, A, B>>(a, b, std::forward<Buffer>(buffer));
+    using Gemm = tensor_core::operand_gemm_t<Model, A, B>;
+    if (a.dimension() == 2 && b.dimension() == 2) return detail::matmul_with<Strategy, Out, Gemm>(a, b, std::forward<Buffer>(buffer));
+    return detail::batched_matmul_with<Strategy, Out, Gemm>(a, b);
 }
 
 }  // namespace scalify

@@ -49,6 +49,10 @@ struct where {};
 struct concatenate {};
 struct cast {};
 struct layout {};  ///< transpose, reshape, slice: data moved, values unchanged
+struct layer_norm {};   ///< normalised to zero mean and unit variance along the last axis: natural scale 1
+struct rms_norm {};     ///< normalised to unit RMS along the last axis: natural scale 1
+struct embedding {};    ///< rows of a table gathered (keeps the table's scale); its vjp scatter-adds
+struct causal_mask {};  ///< future positions set to -inf (keeps the scale); its vjp zeroes them
 
 /// The gradient with respect to input `Input` of Op, as its VJP (train/backward.hpp) stores it.
 /// Gradients have tags of their own so that a strategy, or a specialisation of
@@ -66,7 +70,7 @@ struct scale_request {
     /// Terms summed into each output: K of a matmul, N of a reduce_sum / reduce_mean, elements of
     /// a gradient summed back over broadcast axes.
     std::size_t contraction = 1;
-    std::size_t axis_length = 1;  ///< length of the softmax / log_softmax axis; classes of a cross-entropy
+    std::size_t axis_length = 1;  ///< length of the softmax / log_softmax / normalised axis; classes of a cross-entropy; rows of an embedding table
     std::size_t batch = 1;        ///< rows a loss is averaged over (its gradient carries 1/batch)
     /// |value| of an input that has exactly one element, NaN for the others: such an input is a
     /// known constant, not a sample of unit-scale data (the seed design's scaled_mul reads it too).
@@ -187,6 +191,18 @@ template <class Op>
         return un::log_softmax_rms(length, s0);
     } else if constexpr (std::same_as<Op, ops::concatenate>) {
         return s0;  // the parts' scales combined as an RMS weighted by their sizes (shape.hpp)
+    } else if constexpr (is_one_of_v<Op, ops::layer_norm, ops::rms_norm>) {
+        return natural;  // unit variance (RMS) by construction, whatever the input's scale
+    } else if constexpr (std::same_as<forward, ops::layer_norm>) {
+        // (g - mean g - y mean(g y)) / sigma at the natural scale s_g / s_x: g projected off the
+        // two directions 1 and y of an N-long lane keeps (N - 2) / N of its variance.
+        return natural * std::sqrt(std::max(length - 2.0, 1.0) / length);
+    } else if constexpr (std::same_as<forward, ops::rms_norm>) {
+        return natural * std::sqrt(std::max(length - 1.0, 1.0) / length);  // off the one direction y
+    } else if constexpr (std::same_as<forward, ops::embedding>) {
+        // `terms` unit rows scatter-added into a table of `length` rows: the table's RMS is
+        // sqrt(terms / length) whatever the ids (sums of independent rows add variances).
+        return natural * std::sqrt(terms / length);
     } else if constexpr (std::same_as<forward, ops::relu>) {
         return s0 * un::inv_sqrt2;  // g [x > 0]: half the entries pass
     } else if constexpr (std::same_as<forward, ops::gelu>) {

@@ -1,0 +1,182 @@
+#pragma once
+/// \file normalization.hpp
+/// layer_norm and rms_norm along the last axis (no affine part: a model multiplies by its gain
+/// and adds its bias with mul and add), and their backward rules.
+///
+/// Both are computed on the data, never on the value: x = d s gives layer_norm(x) =
+/// (d - mean d) / sqrt(var d + eps / s^2), so no input scale can overflow the sum of squares (the
+/// first design document's "stable reduce mean"), and the output does not depend on the input's
+/// scale at all. The output has unit variance (RMS) by construction: natural scale 1, which
+/// unit_scaling keeps; eps is in the value's units, as PyTorch's.
+///
+///     auto h = layer_norm<unit_scaling>(x);          // (..., N), normalised over N
+///     auto [gx] = layer_norm_vjp<unit_scaling>(g, x); // recomputes the lane statistics from x
+///
+/// The gradient dx = (g - mean g - y mean(g y)) / sigma (layer_norm; rms_norm drops the mean g
+/// term) has natural scale s_g / s_x; unit_scaling's rule keeps (N - 2) / N (layer_norm) or
+/// (N - 1) / N (rms_norm) of a unit cotangent's variance (docs/ops.md).
+
+#include <scalify/error.hpp>
+#include <scalify/ops/result.hpp>
+#include <scalify/scaled_array.hpp>
+#include <scalify/strategy/scaling.hpp>
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <cstddef>
+#include <type_traits>
+#include <vector>
+
+namespace scalify {
+
+namespace detail {
+
+/// The lanes of the last axis: `lanes` of `length` contiguous elements. shape_error for 0-d
+/// input or a bad eps.
+template <class T, class P>
+[[nodiscard]] std::size_t normalised_length(const char* op, const ScaledArray<T, P>& x, double eps)
+{
+    if (x.dimension() == 0) {
+        SCALIFY_THROW(shape_error(fmt::format("{}: a 0-d array has no axis to normalise", op)));
+    }
+    if (!(eps >= 0.0) || !std::isfinite(eps)) {
+        SCALIFY_THROW(config_error(fmt::format("{}: eps must be finite and >= 0, got {}", op, eps)));
+    }
+    return x.shape()[x.dimension() - 1];
+}
+
+/// Per lane of the data: the mean (0 unless Centred) and 1 / sqrt(variance + eps / s^2), with
+/// variance the mean square about that mean; sums in double. A zero-scale x is zeros: mean 0
+/// and 1 / sqrt(eps) in the value's units (returned as `zero_scale`).
+template <bool Centred, class T, class P>
+struct lane_statistics {
+    std::vector<double> mean, inverse_sigma;
+    bool zero_scale = false;
+
+    lane_statistics(const ScaledArray<T, P>& x, std::size_t length, double eps)
+    {
+        const std::size_t lanes = length == 0 ? 0 : x.size() / length;
+        mean.assign(lanes, 0.0);
+        inverse_sigma.assign(lanes, 0.0);
+        const double s = x.scale();
+        zero_scale = s == 0.0;
+        const T* d = x.data().data();
+        const double eps_data = zero_scale ? eps : eps / (s * s);
+        for (std::size_t lane = 0; lane < lanes; ++lane) {
+            const T* row = d + lane * length;
+            double mu = 0.0;
+            if constexpr (Centred) {
+                if (!zero_scale) {
+                    for (std::size_t i = 0; i < length; ++i) mu += double(load(row[i]));
+                    mu /= double(length);
+                }
+            }
+            double squares = 0.0;
+            if (!zero_scale) {
+                for (std::size_t i = 0; i < length; ++i) {
+                    const double centred = double(load(row[i])) - mu;
+                    squares += centred * centred;
+                }
+            }
+            mean[lane] = mu;
+            inverse_sigma[lane] = 1.0 / std::sqrt(squares / double(length) + eps_data);
+        }
+    }
+};
+
+template <class Op, bool Centred, class Strategy, class Out, class T, class P>
+[[nodiscard]] auto normalise_last_axis(const char* op, const ScaledArray<T, P>& x, double eps)
+{
+    using C = compute_t<T>;
+    const std::size_t length = normalised_length(op, x, eps);
+    const lane_statistics<Centred, T, P> stats(x, length, eps);
+    scale_request request;
+    request.natural = 1.0f;
+    request.input_scales[0] = x.scale();
+    request.axis_length = length;
+    const T* d = x.data().data();
+    return finish<Op, Strategy, P, out_or_t<Out, T>, C>(op, x.shape(), request, [&](std::size_t i) {
+        if (stats.zero_scale) return C(0);
+        const std::size_t lane = i / length;
+        return static_cast<C>((double(load(d[i])) - stats.mean[lane]) * stats.inverse_sigma[lane]);
+    });
+}
+
+template <class Op, bool Centred, class Strategy, class Out, class G, class PG, class T, class P>
+[[nodiscard]] auto normalise_last_axis_vjp(const char* op, const ScaledArray<G, PG>& g, const ScaledArray<T, P>& x, double eps)
+{
+    using C = compute_t<G>;
+    const std::size_t length = normalised_length(op, x, eps);
+    if (!std::equal(g.shape().begin(), g.shape().end(), x.shape().begin(), x.shape().end())) {
+        SCALIFY_THROW(shape_error(fmt::format("{}: cotangent shape {} differs from the input's {}", op,
+                                              shape_string(g.shape()), shape_string(x.shape()))));
+    }
+    const lane_statistics<Centred, T, P> stats(x, length, eps);
+    const std::size_t lanes = length == 0 ? 0 : x.size() / length;
+    // Per lane: y, then mean g and mean(g y) over the cotangent's data.
+    std::vector<C> raw(x.size());
+    const T* d = x.data().data();
+    const G* gd = g.data().data();
+    for (std::size_t lane = 0; lane < lanes; ++lane) {
+        const std::size_t base = lane * length;
+        double g_mean = 0.0, gy_mean = 0.0;
+        for (std::size_t i = 0; i < length; ++i) {
+            const double y = stats.zero_scale ? 0.0 : (double(load(d[base + i])) - stats.mean[lane]) * stats.inverse_sigma[lane];
+            const double gi = double(load(gd[base + i]));
+            g_mean += gi;
+            gy_mean += gi * y;
+        }
+        g_mean = Centred ? g_mean / double(length) : 0.0;
+        gy_mean /= double(length);
+        for (std::size_t i = 0; i < length; ++i) {
+            const double y = stats.zero_scale ? 0.0 : (double(load(d[base + i])) - stats.mean[lane]) * stats.inverse_sigma[lane];
+            raw[base + i] = static_cast<C>((double(load(gd[base + i])) - g_mean - y * gy_mean) * stats.inverse_sigma[lane]);
+        }
+    }
+    // dx = (s_g / s_x) raw; a zero-scale x: inverse_sigma is already in the value's units.
+    scale_request request;
+    request.natural = stats.zero_scale ? g.scale() : static_cast<float>(double(g.scale()) / double(x.scale()));
+    request.input_scales[0] = g.scale();
+    request.input_scales[1] = x.scale();
+    request.input_count = 2;
+    request.axis_length = length;
+    if (!std::isfinite(request.natural)) {
+        SCALIFY_THROW(scale_error(fmt::format("{}: the gradient's scale {} / {} overflows float32", op, g.scale(), x.scale())));
+    }
+    return finish<ops::vjp<Op>, Strategy, PG, out_or_t<Out, G>, C>(op, g.shape(), request, [&raw](std::size_t i) { return raw[i]; });
+}
+
+}  // namespace detail
+
+/// (x - mean) / sqrt(var + eps) along the last axis (PyTorch's layer_norm without weight and
+/// bias; eps in the value's units). Natural scale 1, whatever x's scale.
+template <class Strategy = default_scaling, class Out = void, class T, class P>
+[[nodiscard]] auto layer_norm(const ScaledArray<T, P>& x, double eps = 1e-5)
+{
+    return detail::normalise_last_axis<ops::layer_norm, true, Strategy, Out>("layer_norm", x, eps);
+}
+
+/// x / sqrt(mean(x^2) + eps) along the last axis (PyTorch's rms_norm without weight). Natural
+/// scale 1, whatever x's scale.
+template <class Strategy = default_scaling, class Out = void, class T, class P>
+[[nodiscard]] auto rms_norm(const ScaledArray<T, P>& x, double eps = 1e-6)
+{
+    return detail::normalise_last_axis<ops::rms_norm, false, Strategy, Out>("rms_norm", x, eps);
+}
+
+/// Gradient of layer_norm(x, eps) for the cotangent g, stored under ops::vjp<ops::layer_norm>.
+template <class Strategy = default_scaling, class Out = void, class G, class PG, class T, class P>
+[[nodiscard]] auto layer_norm_vjp(const ScaledArray<G, PG>& g, const ScaledArray<T, P>& x, double eps = 1e-5)
+{
+    return detail::normalise_last_axis_vjp<ops::layer_norm, true, Strategy, Out>("layer_norm_vjp", g, x, eps);
+}
+
+/// Gradient of rms_norm(x, eps) for the cotangent g, stored under ops::vjp<ops::rms_norm>.
+template <class Strategy = default_scaling, class Out = void, class G, class PG, class T, class P>
+[[nodiscard]] auto rms_norm_vjp(const ScaledArray<G, PG>& g, const ScaledArray<T, P>& x, double eps = 1e-6)
+{
+    return detail::normalise_last_axis_vjp<ops::rms_norm, false, Strategy, Out>("rms_norm_vjp", g, x, eps);
+}
+
+}  // namespace scalify
