@@ -13,7 +13,7 @@ cmake_host_system_information(RESULT SCALIFY_JOBS QUERY NUMBER_OF_LOGICAL_CORES)
 # tree).
 set(SCALIFY_DEMO_PACKAGES
   g++ make libeigen3-dev libxtensor-dev libfmt-dev zlib1g-dev dataset-fashion-mnist catch2 libbenchmark-dev
-  openmpi-bin libopenmpi-dev libopenblas-openmp-dev)
+  openmpi-bin libopenmpi-dev libopenblas-openmp-dev fortunes)
 set(SCALIFY_TEST_PACKAGES ${SCALIFY_DEMO_PACKAGES} clang-14 libclang-rt-14-dev libomp-14-dev)
 
 function(scalify_require_packages)
