@@ -530,25 +530,26 @@ template <class T, class P, class S>
 namespace detail {
 
 /// a.b recorded with matmul_vjp; only the gradients an input needs are computed (each by the
-/// same product matmul_vjp forms). Batched and 1-D operands as numpy's matmul.
-template <class R, class S, class A, class B, class P>
+/// same product matmul_vjp forms). Batched and 1-D operands as numpy's matmul. The gradient
+/// products are stored as GradOut (void: the operands' promoted type, as matmul_vjp does).
+template <class R, class GradOut = void, class S, class A, class B, class P>
 [[nodiscard]] var<R, P, S> recorded_matmul(const var<A, P, S>& a, const var<B, P, S>& b)
 {
     const bool need_a = a.requires_grad(), need_b = b.requires_grad();
     return record_op<S>("matmul", scalify::matmul<S, R>(a.value(), b.value()), std::tuple{a, b},
                         [need_a, need_b](const auto& g, const auto&, const auto& av, const auto& bv) {
-                            using GA = decltype(scalify::detail::matmul_transposed_b<S>(g, bv));
-                            using GB = decltype(scalify::detail::matmul_transposed_a<S>(av, g));
+                            using GA = decltype(scalify::detail::matmul_transposed_b<S, GradOut>(g, bv));
+                            using GB = decltype(scalify::detail::matmul_transposed_a<S, GradOut>(av, g));
                             if (av.dimension() != 2 || bv.dimension() != 2) {
-                                auto r = scalify::detail::batched_matmul_vjp<S, void>(g, av, bv, need_a, need_b);
+                                auto r = scalify::detail::batched_matmul_vjp<S, GradOut>(g, av, bv, need_a, need_b);
                                 return std::tuple<GA, GB>{std::move(r.first), std::move(r.second)};
                             }
                             if (need_a && need_b) {
-                                auto r = scalify::matmul_vjp<S>(g, av, bv);
+                                auto r = scalify::matmul_vjp<S, GradOut>(g, av, bv);
                                 return std::tuple<GA, GB>{std::move(r.first), std::move(r.second)};
                             }
-                            if (need_a) return std::tuple<GA, GB>{scalify::detail::matmul_transposed_b<S>(g, bv), GB{}};
-                            return std::tuple<GA, GB>{GA{}, scalify::detail::matmul_transposed_a<S>(av, g)};
+                            if (need_a) return std::tuple<GA, GB>{scalify::detail::matmul_transposed_b<S, GradOut>(g, bv), GB{}};
+                            return std::tuple<GA, GB>{GA{}, scalify::detail::matmul_transposed_a<S, GradOut>(av, g)};
                         });
 }
 
@@ -581,7 +582,8 @@ template <ScaledElement G, class T, class P, class S>
 /// a (M x K) times b (K x N), and over leading batch dimensions as numpy's matmul (1-D operands
 /// too; see scalify::matmul). Under a matmul_precision_scope the operands are first cast to the
 /// scope's forward type and the cotangent reaching the product to its gradient type, each scaled
-/// as the scope says (see recipe.hpp); the result keeps the type it has without the scope.
+/// as the scope says (see recipe.hpp); the result and the gradient products keep the type they
+/// have without the scope.
 template <class X, class Y>
     requires detail::var_operands<X, Y>
 [[nodiscard]] auto matmul(const X& x, const Y& y)
@@ -597,8 +599,12 @@ template <class X, class Y>
     return detail::with_dtype(precision.forward, [&]<class F>() {
         auto product = [&] {
             if constexpr (std::same_as<F, float>) return detail::recorded_matmul<R>(a, b);
-            else return detail::recorded_matmul<R>(detail::recipe_cast<F>(a, precision.scaling),
-                                                   detail::recipe_cast<F>(b, precision.scaling));
+            // The gradient products too are stored as R, the type they have without the scope:
+            // an fp16 cotangent times an fp16 operand stored in fp16 overflowed to inf where a
+            // product outgrew the rule's scale (a softmax's cotangent, g v^T), and the softmax's
+            // backward turned it into NaN.
+            else return detail::recorded_matmul<R, R>(detail::recipe_cast<F>(a, precision.scaling),
+                                                      detail::recipe_cast<F>(b, precision.scaling));
         }();
         return detail::with_dtype(precision.gradient, [&]<class G>() {
             if constexpr (std::same_as<G, float>) return product;

@@ -6,7 +6,8 @@
 /// (nearest even, saturating to the largest finite value, at the operands' propagated scales:
 /// no amax is measured) and the cotangent that reaches the product to the gradient type
 /// (cast_grad). Scales keep propagating through every op, forward and backward; the product is
-/// stored in the type it has without the scope, so the model's types do not change.
+/// stored in the type it has without the scope (and so are the gradient products), so the
+/// model's types do not change.
 ///
 ///     ad::matmul_precision_scope fp8(dtype::float8_e4m3fn, dtype::float8_e5m2);
 ///     auto [loss, grads] = ad::value_and_grad<unit_scaling>(model, params);
