@@ -19,6 +19,7 @@
 // sampled lines at the end, and then `summary mode=<m> steps=<N> val_bpc=<x>`. --max-val-bpc
 // makes the exit status 1 when the final validation loss is above X (the ctest check).
 #include "char_lm_data.hpp"
+#include "precision_modes.hpp"
 
 #include <scalify/scalify.hpp>
 
@@ -145,37 +146,10 @@ model initial_model(const shape_config& c, std::size_t vocabulary, unsigned seed
     return m;
 }
 
-// ---- precision modes --------------------------------------------------------------------------
+// ---- precision modes: examples::precision_modes (precision_modes.hpp) -----------------------
 
-struct mode {
-    std::string_view name;
-    dtype forward;          ///< matmul operands
-    dtype gradient;         ///< cotangents reaching a matmul
-    ad::cast_scaling scaling;
-    bool unit_scaled;       ///< unit_scaling rules and unit-data parameters (else natural scales, scale-1 parameters)
-    std::string_view about;
-};
-
-constexpr mode modes[] = {
-    {"fp32", dtype::float32, dtype::float32, ad::cast_scaling::propagated, false, "float32 reference"},
-    {"fp16", dtype::float16, dtype::float16, ad::cast_scaling::propagated, true, "scalify: fp16 matmuls, scales propagated"},
-    {"bf16", dtype::bfloat16, dtype::bfloat16, ad::cast_scaling::propagated, true, "scalify: bf16 matmuls, scales propagated"},
-    {"fp8", dtype::float8_e4m3fn, dtype::float8_e5m2, ad::cast_scaling::propagated, true,
-     "scalify: E4M3 forward / E5M2 gradients, scales propagated"},
-    {"fp8-current", dtype::float8_e4m3fn, dtype::float8_e5m2, ad::cast_scaling::current, false,
-     "per-tensor current scaling at every cast"},
-    {"fp8-unscaled", dtype::float8_e4m3fn, dtype::float8_e5m2, ad::cast_scaling::unscaled, false, "plain fp8, scale 1"},
-};
-
-const mode& find_mode(std::string_view name)
-{
-    for (const auto& m : modes) {
-        if (m.name == name) return m;
-    }
-    std::string names;
-    for (const auto& m : modes) names += (names.empty() ? "" : ", ") + std::string(m.name);
-    throw std::runtime_error(fmt::format("--mode must be one of {}, got {}", names, name));
-}
+using examples::find_mode;
+using mode = examples::precision_mode;
 
 // ---- training ---------------------------------------------------------------------------------
 

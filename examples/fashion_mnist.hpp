@@ -2,6 +2,8 @@
 // data loading, the model written once, the precision modes, and one training step.
 #pragma once
 
+#include "precision_modes.hpp"
+
 #include <scalify/scalify.hpp>
 
 #include <fmt/format.h>
@@ -142,37 +144,15 @@ inline mlp<array> initial_parameters(unsigned seed, bool unit_data)
 
 // ---- precision modes --------------------------------------------------------------------------
 
-struct mode {
-    std::string_view name;
-    dtype forward;          ///< matmul operands
-    dtype gradient;         ///< cotangents reaching a matmul
-    ad::cast_scaling scaling;
-    bool unit_scaled;       ///< unit_scaling rules and unit-data parameters (else natural scales, scale-1 parameters)
-    std::string_view about;
-};
+using mode = examples::precision_mode;
 
-inline constexpr mode modes[] = {
-    {"fp32", dtype::float32, dtype::float32, ad::cast_scaling::propagated, false, "float32 reference"},
-    {"fp16", dtype::float16, dtype::float16, ad::cast_scaling::propagated, true, "scalify: fp16 matmuls, scales propagated"},
-    {"bf16", dtype::bfloat16, dtype::bfloat16, ad::cast_scaling::propagated, true, "scalify: bf16 matmuls, scales propagated"},
-    {"fp8", dtype::float8_e4m3fn, dtype::float8_e5m2, ad::cast_scaling::propagated, true,
-     "scalify: E4M3 forward / E5M2 gradients, scales propagated"},
-    {"fp8-current", dtype::float8_e4m3fn, dtype::float8_e5m2, ad::cast_scaling::current, false,
-     "per-tensor current scaling at every cast"},
-    {"fp8-unscaled", dtype::float8_e4m3fn, dtype::float8_e5m2, ad::cast_scaling::unscaled, false, "plain fp8, scale 1"},
+/// fashion_mnist's own mode beside examples::precision_modes.
+inline constexpr mode autoscale_mode[] = {
     {"fp8-autoscale", dtype::float8_e4m3fn, dtype::float8_e5m2, ad::cast_scaling::propagated, true,
      "AutoScale on_off(1/3, 1/20): E4M3 forward / E5M2 gradients, every matmul's y, grad_x, grad_w with a held multiplier"},
 };
 
-inline const mode& find_mode(std::string_view name)
-{
-    for (const auto& m : modes) {
-        if (m.name == name) return m;
-    }
-    std::string names;
-    for (const auto& m : modes) names += (names.empty() ? "" : ", ") + std::string(m.name);
-    throw std::runtime_error(fmt::format("--mode must be one of {}, got {}", names, name));
-}
+inline const mode& find_mode(std::string_view name) { return examples::find_mode(name, autoscale_mode); }
 
 /// fp8-autoscale's vars: unit_scaling's rules, and every matmul an AutoScale layer (E4M3 operands,
 /// E5M2 cotangents and input gradients, float32 products and weight gradients) of a scaling context.

@@ -28,6 +28,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <numeric>
+#include <optional>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -124,6 +125,19 @@ void gemm_any_thread_count(Dst& dst, const Lhs& lhs, const Rhs& rhs, C alpha)
     dst.noalias() = alpha * (lhs * rhs);  // this form folds alpha into the GEMM, no temporary
 }
 
+/// What a matmul's rule sees: natural scale sa sb, both input scales, contraction K.
+template <class A, class PA, class B, class PB>
+[[nodiscard]] scale_request matmul_request(const ScaledArray<A, PA>& a, const ScaledArray<B, PB>& b, std::size_t k) noexcept
+{
+    scale_request request;
+    request.natural = static_cast<float>(double(a.scale()) * b.scale());
+    request.input_scales[0] = a.scale();
+    request.input_scales[1] = b.scale();
+    request.input_count = 2;
+    request.contraction = k;
+    return request;
+}
+
 /// Gemm over row-major M x K and K x N operands, transposing a stored-transposed one first.
 template <class Gemm, bool TransposeA, bool TransposeB, class A, class B, class R>
 void gemm_row_major(const xt::xarray<A>& a, const xt::xarray<B>& b, std::size_t m, std::size_t k, std::size_t n, R* out)
@@ -158,12 +172,7 @@ template <class Strategy, class Out, class Gemm, bool TransposeA = false, bool T
     const std::size_t m = a.shape()[TransposeA ? 1 : 0], k = a.shape()[TransposeA ? 0 : 1],
                       n = b.shape()[TransposeB ? 0 : 1];
 
-    scale_request request;
-    request.natural = static_cast<float>(double(a.scale()) * b.scale());
-    request.input_scales[0] = a.scale();
-    request.input_scales[1] = b.scale();
-    request.input_count = 2;
-    request.contraction = k;
+    const scale_request request = matmul_request(a, b, k);
     const std::vector<std::size_t> shape{m, n};
 
     if constexpr (!std::is_void_v<Gemm>) {
@@ -339,17 +348,14 @@ template <class Strategy, class Out, class Gemm, class A, class PA, class B, cla
     using P = common_policy_t<PA, PB>;
     const batched_shapes s(a.shape(), b.shape());
     const std::size_t batches = s.batch_count(), m = s.m, k = s.k, n = s.n;
-    const ScaledArray<B, PB> b2 = s.b_vector ? with_shape(b, {k, 1}) : b;
+    std::optional<ScaledArray<B, PB>> column;  // a 1-D b as a (K, 1) matrix
+    if (s.b_vector) column = with_shape(b, {k, 1});
+    const ScaledArray<B, PB>& b2 = column ? *column : b;
     if (s.b_batch.empty()) {
         const auto rows = with_shape(a, {batches * m, k});
         return with_shape(matmul_with<Strategy, Out, Gemm>(rows, b2, no_buffer{}), s.out);
     }
-    scale_request request;
-    request.natural = static_cast<float>(double(a.scale()) * b.scale());
-    request.input_scales[0] = a.scale();
-    request.input_scales[1] = b.scale();
-    request.input_count = 2;
-    request.contraction = k;
+    const scale_request request = matmul_request(a, b, k);
     // Each batch's raw product (scale-1 operands, natural scaling: the data product itself), the
     // batches across threads; the scales apply once, in finish.
     std::vector<C> raw(batches * m * n);

@@ -1,0 +1,55 @@
+// The precision modes the training examples share (fashion_mnist, char_lm): what a mode casts
+// each matmul's operands and cotangents to, how those casts are scaled, and which scale rules the
+// model runs under. A mode is applied around the model (ad::matmul_precision_scope), never in it.
+#pragma once
+
+#include <scalify/scalify.hpp>
+
+#include <fmt/format.h>
+
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+
+namespace examples {
+
+struct precision_mode {
+    std::string_view name;
+    scalify::dtype forward;   ///< matmul operands
+    scalify::dtype gradient;  ///< cotangents reaching a matmul
+    scalify::ad::cast_scaling scaling;
+    bool unit_scaled;  ///< unit_scaling rules and unit-data parameters (else natural scales, scale-1 parameters)
+    std::string_view about;
+};
+
+using scalify::dtype;
+using scalify::ad::cast_scaling;
+
+/// fp32, scalify's propagated fp16 / bf16 / fp8, per-tensor current-scaled fp8, plain fp8.
+inline constexpr precision_mode precision_modes[] = {
+    {"fp32", dtype::float32, dtype::float32, cast_scaling::propagated, false, "float32 reference"},
+    {"fp16", dtype::float16, dtype::float16, cast_scaling::propagated, true, "scalify: fp16 matmuls, scales propagated"},
+    {"bf16", dtype::bfloat16, dtype::bfloat16, cast_scaling::propagated, true, "scalify: bf16 matmuls, scales propagated"},
+    {"fp8", dtype::float8_e4m3fn, dtype::float8_e5m2, cast_scaling::propagated, true,
+     "scalify: E4M3 forward / E5M2 gradients, scales propagated"},
+    {"fp8-current", dtype::float8_e4m3fn, dtype::float8_e5m2, cast_scaling::current, false,
+     "per-tensor current scaling at every cast"},
+    {"fp8-unscaled", dtype::float8_e4m3fn, dtype::float8_e5m2, cast_scaling::unscaled, false, "plain fp8, scale 1"},
+};
+
+/// The mode called `name` among precision_modes and an example's own `extra` modes;
+/// std::runtime_error listing every name otherwise.
+inline const precision_mode& find_mode(std::string_view name, std::span<const precision_mode> extra = {})
+{
+    std::string names;
+    for (const auto table : {std::span<const precision_mode>(precision_modes), extra}) {
+        for (const auto& m : table) {
+            if (m.name == name) return m;
+            names += (names.empty() ? "" : ", ") + std::string(m.name);
+        }
+    }
+    throw std::runtime_error(fmt::format("--mode must be one of {}, got {}", names, name));
+}
+
+}  // namespace examples
