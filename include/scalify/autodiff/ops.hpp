@@ -596,20 +596,20 @@ template <class X, class Y>
     if (precision.forward == dtype::float32 && precision.gradient == dtype::float32) {
         return detail::recorded_matmul<R>(a, b);
     }
-    return detail::with_dtype(precision.forward, [&]<class F>() {
-        auto product = [&] {
-            if constexpr (std::same_as<F, float>) return detail::recorded_matmul<R>(a, b);
-            // The gradient products too are stored as R, the type they have without the scope:
-            // an fp16 cotangent times an fp16 operand stored in fp16 overflowed to inf where a
-            // product outgrew the rule's scale (a softmax's cotangent, g v^T), and the softmax's
-            // backward turned it into NaN.
-            else return detail::recorded_matmul<R, R>(detail::recipe_cast<F>(a, precision.scaling),
-                                                      detail::recipe_cast<F>(b, precision.scaling));
-        }();
-        return detail::with_dtype(precision.gradient, [&]<class G>() {
-            if constexpr (std::same_as<G, float>) return product;
-            else return detail::recipe_cast_grad<G>(product, precision.scaling);
-        });
+    // The product is a var<R> whatever F is, so the two dispatches run one after the other (5 + 5
+    // instantiations per call site, not 5 x 5).
+    auto product = detail::with_dtype(precision.forward, [&]<class F>() {
+        if constexpr (std::same_as<F, float>) return detail::recorded_matmul<R>(a, b);
+        // The gradient products too are stored as R, the type they have without the scope: an
+        // fp16 cotangent times an fp16 operand stored in fp16 overflowed to inf where a product
+        // outgrew the rule's scale (a softmax's cotangent, g v^T), and the softmax's backward
+        // turned it into NaN.
+        else return detail::recorded_matmul<R, R>(detail::recipe_cast<F>(a, precision.scaling),
+                                                  detail::recipe_cast<F>(b, precision.scaling));
+    });
+    return detail::with_dtype(precision.gradient, [&]<class G>() {
+        if constexpr (std::same_as<G, float>) return product;
+        else return detail::recipe_cast_grad<G>(product, precision.scaling);
     });
 }
 

@@ -33,16 +33,10 @@ namespace scalify {
 
 namespace detail {
 
-/// Checks a gather: `table` is (V, D) and every id in [0, V); shape_error / index_error naming
-/// the values otherwise. Returns V.
-template <class T, class P, std::integral I>
-std::size_t check_embedding(const char* op, const ScaledArray<T, P>& table, const xt::xarray<I>& ids)
+/// index_error naming the first id outside [0, rows) and its position.
+template <std::integral I>
+void check_ids(const char* op, const xt::xarray<I>& ids, std::size_t rows)
 {
-    if (table.dimension() != 2) {
-        SCALIFY_THROW(shape_error(fmt::format("{}: the table must be 2-D (rows, features), got shape {}", op,
-                                              shape_string(table.shape()))));
-    }
-    const std::size_t rows = table.shape()[0];
     for (std::size_t i = 0; i < ids.size(); ++i) {
         const I id = ids.data()[i];
         if (id < 0 || static_cast<std::size_t>(id) >= rows) {
@@ -50,7 +44,18 @@ std::size_t check_embedding(const char* op, const ScaledArray<T, P>& table, cons
                                                   static_cast<long long>(id), i, rows)));
         }
     }
-    return rows;
+}
+
+/// Checks a gather: `table` is (V, D) and every id in [0, V); shape_error / index_error naming
+/// the values otherwise.
+template <class T, class P, std::integral I>
+void check_embedding(const char* op, const ScaledArray<T, P>& table, const xt::xarray<I>& ids)
+{
+    if (table.dimension() != 2) {
+        SCALIFY_THROW(shape_error(fmt::format("{}: the table must be 2-D (rows, features), got shape {}", op,
+                                              shape_string(table.shape()))));
+    }
+    check_ids(op, ids, table.shape()[0]);
 }
 
 /// Row-major lanes of the last two axes (T_q, T_k): whether entry i of such an array is masked.
@@ -102,12 +107,7 @@ template <class Strategy = default_scaling, class Out = void, class G, class P, 
                                               "feature axis",
                                               shape_string(g.shape()), shape_string(ids.shape()))));
     }
-    for (std::size_t i = 0; i < ids.size(); ++i) {
-        if (ids.data()[i] < 0 || static_cast<std::size_t>(ids.data()[i]) >= rows) {
-            SCALIFY_THROW(index_error(fmt::format("embedding_vjp: id {} at position {} is outside the table's {} rows",
-                                                  static_cast<long long>(ids.data()[i]), i, rows)));
-        }
-    }
+    detail::check_ids("embedding_vjp", ids, rows);
     std::vector<C> sums(rows * width, C(0));
     const G* gd = g.data().data();
     for (std::size_t i = 0; i < ids.size(); ++i) {
