@@ -1,6 +1,6 @@
-# cmake -P cmake/test.cmake — set up, build and run the whole test suite: the main tree (g++,
-# Release: exhaustive sweeps, examples and their checks, header hygiene, static, package and
-# compile-fail tests), then the sanitizer tree (clang++ 14, AddressSanitizer +
+# cmake -P cmake/test.cmake — set up, build and run the whole test suite: the g++ tree
+# (build-test/, -Og; the exhaustive sweeps -O3 -march=native: the sweeps, examples and their
+# checks, header hygiene, static, package and compile-fail tests), then the sanitizer tree (clang++ 14, AddressSanitizer +
 # UndefinedBehaviorSanitizer: the unit tests and the libFuzzer targets), so every run also proves
 # the code compiles warning-free with both g++ and clang++. Each tree builds only what its ctest
 # runs, every target once (no benchmarks or tools), and the end prints the build and run minutes.
@@ -28,9 +28,9 @@ endfunction()
 string(TIMESTAMP started "%s")
 set(mark ${started})
 
-scalify_build("${SCALIFY_MAIN_BUILD}" TARGETS scalify_tests ARGS ${SCALIFY_MAIN_ARGS})
+scalify_build("${SCALIFY_TEST_BUILD}" TARGETS scalify_tests ARGS ${SCALIFY_TEST_ARGS})
 scalify_phase("main tree build (g++)")
-scalify_ctest("${SCALIFY_MAIN_BUILD}")
+scalify_ctest("${SCALIFY_TEST_BUILD}")
 scalify_phase("main tree tests")
 
 # Only what runs there (the unit tests, the fuzz targets) and the static_assert files: the
