@@ -91,7 +91,7 @@ template <FloatFormat Format, rounding_mode Rounding>
     if constexpr (Rounding == rounding_mode::nearest_even) subnormal += ((1u << (shift - 1)) - 1) + ((significand >> shift) & 1u);
     const int subnormal_magnitude = static_cast<int>(subnormal >> shift);
 
-    return abs_bits < min_normal_bits ? subnormal_magnitude : normal_magnitude;
+    return magnitude_less(abs_bits, min_normal_bits) ? subnormal_magnitude : normal_magnitude;
 }
 
 template <FloatFormat Format, rounding_mode Rounding, class Source>
@@ -108,7 +108,7 @@ template <FloatFormat Format, rounding_mode Rounding, saturation_mode Saturation
     const uint bits = std::bit_cast<uint>(x);
     const bool negative = (bits >> (src::total_bits - 1)) != 0;
     const uint abs_bits = bits & src::abs_mask;
-    const bool is_nan = abs_bits > src::infinity_bits;
+    const bool is_nan = magnitude_less(uint{src::infinity_bits}, abs_bits);
     int magnitude = 0;
     if constexpr (has_fast_path<Format, Rounding, Source>) {
         magnitude = rounded_magnitude_fast<Format, Rounding>(x);
@@ -257,8 +257,8 @@ template <FloatFormat Format, rounding_mode Rounding, saturation_mode Saturation
     constexpr std::uint32_t min_subnormal_bits = static_cast<std::uint32_t>(min_subnormal_field) << 23;
     constexpr std::uint32_t half_min_subnormal_bits = static_cast<std::uint32_t>(min_subnormal_field - 1) << 23;
     std::uint32_t tiny = 0;
-    if constexpr (Rounding == rounding_mode::nearest_even) tiny = abs_bits > half_min_subnormal_bits ? min_subnormal_bits : 0u;
-    std::uint32_t abs_result = abs_bits < min_subnormal_bits ? tiny : rounded;
+    if constexpr (Rounding == rounding_mode::nearest_even) tiny = magnitude_less(half_min_subnormal_bits, abs_bits) ? min_subnormal_bits : 0u;
+    std::uint32_t abs_result = magnitude_less(abs_bits, min_subnormal_bits) ? tiny : rounded;
     constexpr bool saturates = Saturation == saturation_mode::finite || !Format::has_nan;
     bool overflows_to_nan = false;
     if constexpr (saturates) {
@@ -270,7 +270,7 @@ template <FloatFormat Format, rounding_mode Rounding, saturation_mode Saturation
         abs_result = overflows_to_nan ? float_nan : abs_result;
     }
     std::uint32_t result = sign | abs_result;
-    const bool is_nan = abs_bits > 0x7f800000u;
+    const bool is_nan = magnitude_less(0x7f800000u, abs_bits);
     if constexpr (Format::specials == special_values::nan_negative_zero) {
         // One NaN code, 0x80, which decodes with its sign bit set; and no negative zero. As masks:
         // the selects written as ?: and || were control flow that kept GCC 12 from vectorising.

@@ -3,7 +3,9 @@
 /// Bit layout of the IEEE source types (binary32, binary64) the conversion engine reads.
 
 #include <bit>
+#include <concepts>
 #include <cstdint>
+#include <type_traits>
 
 namespace scalify::detail {
 
@@ -47,6 +49,17 @@ struct ieee_layout : ieee_binary<T> {
         return std::bit_cast<float>(static_cast<std::uint32_t>(field) << 23 | fraction);
     }
     return std::bit_cast<float>(n << (exponent + 149));  // subnormal float: value = bits * 2^-149
+}
+
+/// a < b for bit patterns whose top (sign) bit is clear, read off the sign of a - b, which is exact
+/// for such values. In a vectorised loop GCC 12 turns a plain compare of them into an unsigned
+/// compare, which AVX2 lacks (a min, a compare and one more constant register each), and then
+/// reloads constants on every iteration; with this form the bulk conversions run 1.3-2.2x faster
+/// (g++ 12 -O3 -march=native, AMD EPYC Zen 3; docs/benchmarks.md) and give the same bits.
+template <std::unsigned_integral U>
+[[nodiscard]] constexpr bool magnitude_less(U a, U b) noexcept
+{
+    return static_cast<std::make_signed_t<U>>(a - b) < 0;
 }
 
 }  // namespace scalify::detail
