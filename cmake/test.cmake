@@ -1,9 +1,10 @@
 # cmake -P cmake/test.cmake — set up, build and run the whole test suite: the g++ tree
-# (build-test/, -Og; the exhaustive sweeps -O3 -march=native: the sweeps, examples and their
-# checks, header hygiene, static, package and compile-fail tests), then the sanitizer tree (clang++ 14, AddressSanitizer +
-# UndefinedBehaviorSanitizer: the unit tests and the libFuzzer targets), so every run also proves
-# the code compiles warning-free with both g++ and clang++. Each tree builds only what its ctest
-# runs, every target once (no benchmarks or tools), and the end prints the build and run minutes.
+# (build-test/ at -Og, the exhaustive sweeps at -O3 -march=native: the sweeps, examples and
+# their checks, header hygiene, static, package and compile-fail tests), then the sanitizer tree
+# (clang++ 14, AddressSanitizer + UndefinedBehaviorSanitizer: the unit tests and the libFuzzer
+# targets), so every run also proves the code compiles warning-free with both g++ and clang++.
+# Each tree builds only what its ctest runs, every target once (no benchmarks or tools), and the
+# end prints the build and run minutes.
 cmake_minimum_required(VERSION 3.21)  # script mode: sets the policies, so no CMP warnings
 include("${CMAKE_CURRENT_LIST_DIR}/setup.cmake")
 
