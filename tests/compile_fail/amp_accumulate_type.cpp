@@ -1,6 +1,6 @@
 // Must not compile: scalify's kernels accumulate in float32, so a rule asking for another
 // accumulation type is refused with a sentence.
-#include <scalify/scalify.hpp>
+#include <scalify/amp/policy.hpp>
 
 struct double_accumulating_policy : scalify::half_policy {};
 

@@ -1,5 +1,6 @@
 // Must not compile: add needs per-tensor operands.
-#include <scalify/scalify.hpp>
+#include <scalify/block/block_ops.hpp>
+#include <scalify/block/quantize.hpp>
 
 int main()
 {

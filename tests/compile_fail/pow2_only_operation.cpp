@@ -1,5 +1,6 @@
 // Must not compile: decoupled_exp is a pow2_scale-only operation.
-#include <scalify/scalify.hpp>
+#include <scalify/amp/decoupled.hpp>
+#include <scalify/ops/elementwise.hpp>
 
 int main()
 {

@@ -1,5 +1,5 @@
 // Must not compile: `int` is not a rounding policy.
-#include <scalify/scalify.hpp>
+#include <scalify/numeric/convert.hpp>
 
 int main()
 {

@@ -1,5 +1,5 @@
 // Must not compile: `double` is not a scaling strategy.
-#include <scalify/scalify.hpp>
+#include <scalify/ops/matmul.hpp>
 
 int main()
 {

@@ -1,6 +1,6 @@
 // Must not compile: QGMMA multiplies fp8 codes; a tensor-core model refuses operand types its
 // instruction does not take with a sentence naming the ones it does.
-#include <scalify/scalify.hpp>
+#include <scalify/tensor_core.hpp>
 
 #include <vector>
 
