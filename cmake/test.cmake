@@ -30,12 +30,12 @@ string(TIMESTAMP started "%s")
 set(mark ${started})
 
 scalify_build("${SCALIFY_TEST_BUILD}" TARGETS scalify_tests ARGS ${SCALIFY_TEST_ARGS})
-scalify_phase("main tree build (g++)")
+scalify_phase("g++ tree build (build-test/)")
 scalify_ctest("${SCALIFY_TEST_BUILD}")
-scalify_phase("main tree tests")
+scalify_phase("g++ tree tests")
 
 # Only what runs there (the unit tests, the fuzz targets) and the static_assert files: the
-# exhaustive sweeps and examples ran in the main tree. -O0 compiles the instrumented unit tests
+# exhaustive sweeps and examples ran in the g++ tree. -O0 compiles the instrumented unit tests
 # several times faster than -O1 (test_autoscale_ad: 53 against 302 s); the fuzz targets keep -O1,
 # their executions per second (fuzz_ops: 5000/s, 580/s at -O0).
 scalify_build("${SCALIFY_ROOT}/build-sanitize"
@@ -50,7 +50,7 @@ scalify_build("${SCALIFY_ROOT}/build-sanitize"
   "-DCMAKE_CXX_FLAGS=-O0 -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer"
   -DSCALIFY_BUILD_EXAMPLES=OFF -DSCALIFY_BUILD_BENCHMARKS=OFF -DSCALIFY_BUILD_TOOLS=OFF -DSCALIFY_INSTALL=OFF
   -DSCALIFY_BUILD_FUZZ=ON)
-scalify_phase("sanitizer tree build (clang++ 14)")
+scalify_phase("sanitizer tree build (build-sanitize/, clang++ 14)")
 # The whole unit suite under the sanitizers, then every fuzz target for SCALIFY_FUZZ_SECONDS.
 scalify_ctest("${SCALIFY_ROOT}/build-sanitize" -L "unit|fuzz")
 scalify_phase("sanitizer tree tests")
