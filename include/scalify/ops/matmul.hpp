@@ -26,6 +26,7 @@
 #include <Eigen/Core>
 
 #include <algorithm>
+#include <array>
 #include <cstddef>
 #include <numeric>
 #include <optional>
@@ -40,24 +41,32 @@ namespace detail {
 template <class C>
 using row_major_matrix = Eigen::Matrix<C, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 
-/// Operand as a row-major C matrix: a map over the data when T is C, else a decoded copy
-/// (held in `panel`).
+/// The data of an operand as C values: the data itself when T is C, else a decoded copy held in
+/// `panel` (which only grows).
 template <class C, class T>
-[[nodiscard]] Eigen::Map<const row_major_matrix<C>> as_matrix(const xt::xarray<T>& data, row_major_matrix<C>& panel)
+[[nodiscard]] const C* decoded(const xt::xarray<T>& data, row_major_matrix<C>& panel)
 {
-    const auto rows = static_cast<Eigen::Index>(data.shape()[0]);
-    const auto cols = static_cast<Eigen::Index>(data.shape()[1]);
     if constexpr (std::same_as<T, C>) {
-        return Eigen::Map<const row_major_matrix<C>>(data.data(), rows, cols);
+        return data.data();
     } else {
-        if (panel.size() < rows * cols) panel.resize(rows * cols, 1);
+        const auto count = static_cast<Eigen::Index>(data.size());
+        if (panel.size() < count) panel.resize(count, 1);
         const T* in = data.data();
         C* out = panel.data();
         parallel_ranges(data.size(), [in, out](std::size_t, std::size_t begin, std::size_t end) {
             for (std::size_t i = begin; i < end; ++i) out[i] = load(in[i]);
         });
-        return Eigen::Map<const row_major_matrix<C>>(panel.data(), rows, cols);
+        return panel.data();
     }
+}
+
+/// Per-thread decode buffers of matmul's operands (Slot 0: a, 1: b), shared by every operand
+/// type: a fresh allocation per call costs more in first-touch page faults than the decode.
+template <class C, int Slot>
+[[nodiscard]] row_major_matrix<C>& operand_panel()
+{
+    thread_local row_major_matrix<C> panel;
+    return panel;
 }
 
 /// Sentinel: no buffer to reuse.
@@ -151,10 +160,90 @@ void gemm_row_major(const xt::xarray<A>& a, const xt::xarray<B>& b, std::size_t 
     }
 }
 
+/// (M, K, N) of a 2-D product whose operands may be stored transposed, or shape_error naming both
+/// shapes. One function per shape type, not per operand type.
+template <class Shape>
+[[nodiscard]] std::array<std::size_t, 3> matmul_extents(const Shape& a, bool transpose_a, const Shape& b, bool transpose_b)
+{
+    if (a.size() != 2 || b.size() != 2 || a[transpose_a ? 0 : 1] != b[transpose_b ? 1 : 0]) {
+        SCALIFY_THROW(shape_error(fmt::format("matmul: shapes {}{} and {}{} do not multiply (need (M, K) and (K, N))",
+                                              shape_string(a), transpose_a ? " transposed" : "", shape_string(b),
+                                              transpose_b ? " transposed" : "")));
+    }
+    return {a[transpose_a ? 1 : 0], a[transpose_a ? 0 : 1], b[transpose_b ? 0 : 1]};
+}
+
+/// The checked output scale of a matmul under a static strategy (no amax needed).
+template <class Strategy, ScalePolicy P>
+[[nodiscard]] float static_matmul_scale(const scale_request& request)
+{
+    return checked_output_scale<P>(scaling_traits<ops::matmul, Strategy>::template output_scale<P>(request), "matmul",
+                                   request);
+}
+
+/// The result (R, policy P) of a raw data-domain product in compute type C: the strategy's scale,
+/// then one store loop (finish).
+template <class Strategy, class R, class C, ScalePolicy P>
+[[nodiscard]] ScaledArray<R, P> finish_matmul(const std::vector<std::size_t>& shape, const scale_request& request,
+                                              const C* raw)
+{
+    return finish<ops::matmul, Strategy, P, R, C>("matmul", shape, request, [raw](std::size_t i) { return raw[i]; });
+}
+
+/// The result buffer of a 2-D product: the caller's (when it is an xt::xarray<R>), else new.
+template <class R, class Buffer>
+[[nodiscard]] xt::xarray<R>* caller_buffer(Buffer& buffer) noexcept
+{
+    if constexpr (std::same_as<std::remove_cvref_t<Buffer>, xt::xarray<R>>) return &buffer;
+    else return nullptr;
+}
+
+/// matmul on Eigen's path over operands already in C (the data itself, or decoded panels),
+/// row-major, stored transposed where TransposeA / TransposeB say (read through a transposed
+/// view, never copied). Every operand-type pair shares it: the backward pass multiplies each
+/// cotangent type by each operand type, and only the decoding depends on them.
+template <class Strategy, class R, class C, ScalePolicy P, bool TransposeA, bool TransposeB>
+[[nodiscard]] ScaledArray<R, P> eigen_matmul(const C* a, const C* b, std::size_t m, std::size_t k, std::size_t n,
+                                             const scale_request& request, xt::xarray<R>* buffer)
+{
+    const auto index = [](std::size_t extent) { return static_cast<Eigen::Index>(extent); };
+    const Eigen::Map<const row_major_matrix<C>> a_stored(a, index(TransposeA ? k : m), index(TransposeA ? m : k));
+    const Eigen::Map<const row_major_matrix<C>> b_stored(b, index(TransposeB ? n : k), index(TransposeB ? k : n));
+    const auto lhs = oriented<TransposeA>(a_stored);
+    const auto rhs = oriented<TransposeB>(b_stored);
+    const std::vector<std::size_t> shape{m, n};
+
+    if constexpr (!Strategy::needs_amax && std::same_as<R, C>) {
+        // Static scale: fold natural / scale into GEMM's alpha and write straight into the result.
+        const float scale = static_matmul_scale<Strategy, P>(request);
+        xt::xarray<R> data = buffer ? result_buffer<R>(std::move(*buffer), shape) : result_buffer<R>(no_buffer{}, shape);
+        Eigen::Map<row_major_matrix<C>> result(data.data(), index(m), index(n));
+        if (scale == 0.0f || request.natural == 0.0f || k == 0) {
+            result.setZero();
+        } else {
+            const auto alpha = static_cast<C>(double(request.natural) / double(scale));
+            gemm_any_thread_count(result, lhs, rhs, alpha);
+        }
+        return ScaledArray<R, P>(std::move(data), request.natural == 0.0f ? 0.0f : scale);
+    } else {
+        (void)buffer;
+        row_major_matrix<C> product(index(m), index(n));
+        if (k == 0) product.setZero();
+        else gemm_any_thread_count(product, lhs, rhs, C(1));
+        return finish_matmul<Strategy, R, C, P>(shape, request, product.data());
+    }
+}
+
+/// Per-thread buffer of a tensor-core model's raw product (grows only, as the decode panels do).
+[[nodiscard]] inline std::vector<float>& model_product_buffer()
+{
+    thread_local std::vector<float> product;
+    return product;
+}
+
 /// matmul with the data-domain product accumulated by Gemm (a tensor_core GEMM model), or by
 /// Eigen's float32 GEMM when Gemm is void. TransposeA / TransposeB: the operand is stored
-/// transposed (a is K x M, b is N x K) and is read through a transposed view, never copied on the
-/// Eigen path; the backward pass's products g.b^T and a^T.g use this.
+/// transposed (a is K x M, b is N x K); the backward pass's products g.b^T and a^T.g use this.
 template <class Strategy, class Out, class Gemm, bool TransposeA = false, bool TransposeB = false, class A, class PA,
           class B, class PB, class Buffer>
 [[nodiscard]] auto matmul_with(const ScaledArray<A, PA>& a, const ScaledArray<B, PB>& b, Buffer&& buffer)
@@ -163,24 +252,24 @@ template <class Strategy, class Out, class Gemm, bool TransposeA = false, bool T
     using R = detail::out_or_t<Out, promote_t<A, B>>;
     using P = common_policy_t<PA, PB>;
     static_assert(ScalingStrategy<Strategy>, "the Strategy argument does not satisfy scalify::ScalingStrategy");
-    if (a.dimension() != 2 || b.dimension() != 2 ||
-        a.shape()[TransposeA ? 0 : 1] != b.shape()[TransposeB ? 1 : 0]) {
-        SCALIFY_THROW(shape_error(fmt::format("matmul: shapes {}{} and {}{} do not multiply (need (M, K) and (K, N))",
-                                              shape_string(a.shape()), TransposeA ? " transposed" : "",
-                                              shape_string(b.shape()), TransposeB ? " transposed" : "")));
+    if constexpr (!Strategy::needs_amax && std::same_as<R, C>) {
+        static_assert(std::same_as<std::remove_cvref_t<Buffer>, xt::xarray<R>> ||
+                          std::same_as<std::remove_cvref_t<Buffer>, no_buffer>,
+                      "matmul's buffer must be an xt::xarray of the result's element type");
     }
-    const std::size_t m = a.shape()[TransposeA ? 1 : 0], k = a.shape()[TransposeA ? 0 : 1],
-                      n = b.shape()[TransposeB ? 0 : 1];
-
+    const auto [m, k, n] = matmul_extents(a.shape(), TransposeA, b.shape(), TransposeB);
     const scale_request request = matmul_request(a, b, k);
-    const std::vector<std::size_t> shape{m, n};
 
-    if constexpr (!std::is_void_v<Gemm>) {
-        // The GPU's accumulation of the data (codes times codes), then the scales as below.
+    if constexpr (std::is_void_v<Gemm>) {
+        return eigen_matmul<Strategy, R, C, P, TransposeA, TransposeB>(
+            decoded<C>(a.data(), operand_panel<C, 0>()), decoded<C>(b.data(), operand_panel<C, 1>()), m, k, n, request,
+            caller_buffer<R>(buffer));
+    } else {
+        // The GPU's accumulation of the data (codes times codes), then the scales as on Eigen's path.
         static_assert(std::same_as<C, float>, "tensor-core models take 8- and 16-bit operands, computed in float");
+        const std::vector<std::size_t> shape{m, n};
         if constexpr (!Strategy::needs_amax && std::same_as<R, C>) {
-            const float scale = checked_output_scale<P>(
-                scaling_traits<ops::matmul, Strategy>::template output_scale<P>(request), "matmul", request);
+            const float scale = static_matmul_scale<Strategy, P>(request);
             xt::xarray<R> data = result_buffer<R>(std::forward<Buffer>(buffer), shape);
             R* out = data.data();
             if (scale == 0.0f || request.natural == 0.0f) {
@@ -193,38 +282,10 @@ template <class Strategy, class Out, class Gemm, bool TransposeA = false, bool T
             }
             return ScaledArray<R, P>(std::move(data), request.natural == 0.0f ? 0.0f : scale);
         } else {
-            thread_local std::vector<float> product;  // grows only, as the decoded panels do
+            std::vector<float>& product = model_product_buffer();
             if (product.size() < m * n) product.resize(m * n);
             gemm_row_major<Gemm, TransposeA, TransposeB>(a.data(), b.data(), m, k, n, product.data());
-            const float* raw = product.data();
-            return finish<ops::matmul, Strategy, P, R, C>("matmul", shape, request, [raw](std::size_t i) { return raw[i]; });
-        }
-    } else {
-        // Decoded panels live in per-thread buffers that only grow: a fresh allocation per call
-        // costs more in first-touch page faults than the decode itself.
-        thread_local row_major_matrix<C> a_panel, b_panel;
-        const auto lhs = oriented<TransposeA>(as_matrix<C>(a.data(), a_panel));
-        const auto rhs = oriented<TransposeB>(as_matrix<C>(b.data(), b_panel));
-
-        if constexpr (!Strategy::needs_amax && std::same_as<R, C>) {
-            // Static scale: fold natural / scale into GEMM's alpha and write straight into the result.
-            const float scale = checked_output_scale<P>(
-                scaling_traits<ops::matmul, Strategy>::template output_scale<P>(request), "matmul", request);
-            xt::xarray<R> data = result_buffer<R>(std::forward<Buffer>(buffer), shape);
-            Eigen::Map<row_major_matrix<C>> result(data.data(), static_cast<Eigen::Index>(m), static_cast<Eigen::Index>(n));
-            if (scale == 0.0f || request.natural == 0.0f || k == 0) {
-                result.setZero();
-            } else {
-                const auto alpha = static_cast<C>(double(request.natural) / double(scale));
-                gemm_any_thread_count(result, lhs, rhs, alpha);
-            }
-            return ScaledArray<R, P>(std::move(data), request.natural == 0.0f ? 0.0f : scale);
-        } else {
-            row_major_matrix<C> product(static_cast<Eigen::Index>(m), static_cast<Eigen::Index>(n));
-            if (k == 0) product.setZero();
-            else gemm_any_thread_count(product, lhs, rhs, C(1));
-            const C* raw = product.data();
-            return finish<ops::matmul, Strategy, P, R, C>("matmul", shape, request, [raw](std::size_t i) { return raw[i]; });
+            return finish_matmul<Strategy, R, C, P>(shape, request, product.data());
         }
     }
 }
@@ -335,6 +396,28 @@ template <class T, class P>
     return ScaledArray<T, P>(std::move(data), scale);
 }
 
+/// The raw data-domain products of every batch on Eigen's path (operands already in C), the
+/// batches across threads, then the scales once over the whole result (finish). One function per
+/// (Strategy, R, C, P), whatever the operand types.
+template <class Strategy, class R, class C, ScalePolicy P>
+[[nodiscard]] ScaledArray<R, P> eigen_batched_matmul(const C* a, const C* b, const batched_shapes& s,
+                                                     const scale_request& request)
+{
+    const std::size_t batches = s.batch_count(), m = s.m, k = s.k, n = s.n;
+    const auto index = [](std::size_t extent) { return static_cast<Eigen::Index>(extent); };
+    std::vector<C> raw(batches * m * n);
+    parallel_for(batches, [&](std::size_t t) {
+        // Each batch as a scale-1 product under natural scaling would compute: alpha 1, the
+        // same GEMM call over the same operand values.
+        const Eigen::Map<const row_major_matrix<C>> lhs(a + s.operand_batch(s.a_batch, t) * m * k, index(m), index(k));
+        const Eigen::Map<const row_major_matrix<C>> rhs(b + s.operand_batch(s.b_batch, t) * k * n, index(k), index(n));
+        Eigen::Map<row_major_matrix<C>> product(raw.data() + t * m * n, index(m), index(n));
+        if (k == 0) product.setZero();
+        else gemm_any_thread_count(product, lhs, rhs, C(1));
+    });
+    return finish_matmul<Strategy, R, C, P>(s.out, request, raw.data());
+}
+
 /// matmul over leading batch dimensions (numpy's matmul), the product of each batch accumulated
 /// by Gemm (void: Eigen's float32 GEMM) and the scales applied once over the whole result, so the
 /// result has one scale and the same rule as a 2-D product of the same K. With a 2-D (or 1-D)
@@ -348,27 +431,31 @@ template <class Strategy, class Out, class Gemm, class A, class PA, class B, cla
     using P = common_policy_t<PA, PB>;
     const batched_shapes s(a.shape(), b.shape());
     const std::size_t batches = s.batch_count(), m = s.m, k = s.k, n = s.n;
-    std::optional<ScaledArray<B, PB>> column;  // a 1-D b as a (K, 1) matrix
-    if (s.b_vector) column = with_shape(b, {k, 1});
-    const ScaledArray<B, PB>& b2 = column ? *column : b;
     if (s.b_batch.empty()) {
+        std::optional<ScaledArray<B, PB>> column;  // a 1-D b as a (K, 1) matrix
+        if (s.b_vector) column = with_shape(b, {k, 1});
         const auto rows = with_shape(a, {batches * m, k});
-        return with_shape(matmul_with<Strategy, Out, Gemm>(rows, b2, no_buffer{}), s.out);
+        return with_shape(matmul_with<Strategy, Out, Gemm>(rows, column ? *column : b, no_buffer{}), s.out);
     }
     const scale_request request = matmul_request(a, b, k);
-    // Each batch's raw product (scale-1 operands, natural scaling: the data product itself), the
-    // batches across threads; the scales apply once, in finish.
-    std::vector<C> raw(batches * m * n);
-    parallel_for(batches, [&](std::size_t t) {
-        xt::xarray<A> at = xt::xarray<A>::from_shape({m, k});
-        xt::xarray<B> bt = xt::xarray<B>::from_shape({k, n});
-        std::copy_n(a.data().data() + s.operand_batch(s.a_batch, t) * m * k, m * k, at.data());
-        std::copy_n(b2.data().data() + s.operand_batch(s.b_batch, t) * k * n, k * n, bt.data());
-        const auto product =
-            matmul_with<natural_scaling, C, Gemm>(ScaledArray<A, PA>(std::move(at), 1.0f), ScaledArray<B, PB>(std::move(bt), 1.0f), no_buffer{});
-        std::copy_n(product.data().data(), m * n, raw.data() + t * m * n);
-    });
-    return finish<ops::matmul, Strategy, P, R, C>("matmul", s.out, request, [&raw](std::size_t i) { return raw[i]; });
+    if constexpr (std::is_void_v<Gemm>) {
+        return eigen_batched_matmul<Strategy, R, C, P>(decoded<C>(a.data(), operand_panel<C, 0>()),
+                                                       decoded<C>(b.data(), operand_panel<C, 1>()), s, request);
+    } else {
+        // Each batch's raw product (scale-1 operands, natural scaling: the data product itself),
+        // the batches across threads; the scales apply once, in finish.
+        std::vector<C> raw(batches * m * n);
+        parallel_for(batches, [&](std::size_t t) {
+            xt::xarray<A> at = xt::xarray<A>::from_shape({m, k});
+            xt::xarray<B> bt = xt::xarray<B>::from_shape({k, n});
+            std::copy_n(a.data().data() + s.operand_batch(s.a_batch, t) * m * k, m * k, at.data());
+            std::copy_n(b.data().data() + s.operand_batch(s.b_batch, t) * k * n, k * n, bt.data());
+            const auto product = matmul_with<natural_scaling, C, Gemm>(ScaledArray<A, PA>(std::move(at), 1.0f),
+                                                                       ScaledArray<B, PB>(std::move(bt), 1.0f), no_buffer{});
+            std::copy_n(product.data().data(), m * n, raw.data() + t * m * n);
+        });
+        return finish_matmul<Strategy, R, C, P>(s.out, request, raw.data());
+    }
 }
 
 /// a.b^T and a^T.b without materialising the transpose (matmul_vjp's two products).
