@@ -9,12 +9,12 @@ cmake_host_system_information(RESULT SCALIFY_JOBS QUERY NUMBER_OF_LOGICAL_CORES)
 # data for the training example, Catch2 and Google Benchmark, which configuring the tests and
 # benchmarks finds, Open MPI for the data-parallel runs (optional to CMake; docs/distributed.md)
 # and OpenBLAS's OpenMP build under the training example's GEMMs (optional too).
-# The tests add clang 14 with its sanitizer and libFuzzer runtimes and its OpenMP (the sanitizer
-# tree).
+# The tests add clang 14 with its sanitizer and libFuzzer runtimes, its OpenMP and its linker
+# (the sanitizer tree).
 set(SCALIFY_DEMO_PACKAGES
   g++ make libeigen3-dev libxtensor-dev libfmt-dev zlib1g-dev dataset-fashion-mnist catch2 libbenchmark-dev
   openmpi-bin libopenmpi-dev libopenblas-openmp-dev fortunes)
-set(SCALIFY_TEST_PACKAGES ${SCALIFY_DEMO_PACKAGES} clang-14 libclang-rt-14-dev libomp-14-dev)
+set(SCALIFY_TEST_PACKAGES ${SCALIFY_DEMO_PACKAGES} clang-14 libclang-rt-14-dev libomp-14-dev lld-14)
 
 function(scalify_require_packages)
   find_program(dpkg_query dpkg-query)

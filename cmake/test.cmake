@@ -38,9 +38,17 @@ scalify_phase("g++ tree tests")
 # exhaustive sweeps and examples ran in the g++ tree. -O0 compiles the instrumented unit tests
 # several times faster than -O1 (test_autoscale_ad: 53 against 302 s); the fuzz targets keep -O1,
 # their executions per second (fuzz_ops: 5000/s, 580/s at -O0).
+# lld links the instrumented programs in a fraction of GNU ld's time (the unit tests: 1.3 s
+# against 9.3, each fuzz target 0.4 against 2.1), at the end of the build where one core waits.
+find_program(SCALIFY_LLD NAMES ld.lld-14 ld.lld)
+set(sanitizer_link_flags "")
+if(SCALIFY_LLD)
+  set(sanitizer_link_flags "-DCMAKE_EXE_LINKER_FLAGS=--ld-path=${SCALIFY_LLD}")
+endif()
 scalify_build("${SCALIFY_ROOT}/build-sanitize"
   TARGETS scalify_sanitizer_tests
   ARGS
+  ${sanitizer_link_flags}
   -DCMAKE_BUILD_TYPE=Debug
   # No debug information: it was 14-21 % of this tree's compile time. Reports still name the
   # function of every frame, and UBSan's their file:line; for ASan's file:line, reconfigure with
