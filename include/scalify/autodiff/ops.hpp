@@ -529,6 +529,59 @@ template <class T, class P, class S>
 
 namespace detail {
 
+/// The gradients of a.b for cotangent g (matmul_vjp's products; only those needed), as a tuple.
+template <class S, class GradOut, class G, class A, class B, class P>
+[[nodiscard]] auto matmul_backward(const ScaledArray<G, P>& g, const ScaledArray<A, P>& av, const ScaledArray<B, P>& bv,
+                                   bool need_a, bool need_b)
+{
+    using GA = decltype(scalify::detail::matmul_transposed_b<S, GradOut>(g, bv));
+    using GB = decltype(scalify::detail::matmul_transposed_a<S, GradOut>(av, g));
+    if (av.dimension() != 2 || bv.dimension() != 2) {
+        auto r = scalify::detail::batched_matmul_vjp<S, GradOut>(g, av, bv, need_a, need_b);
+        return std::tuple<GA, GB>{std::move(r.first), std::move(r.second)};
+    }
+    if (need_a && need_b) {
+        auto r = scalify::matmul_vjp<S, GradOut>(g, av, bv);
+        return std::tuple<GA, GB>{std::move(r.first), std::move(r.second)};
+    }
+    if (need_a) return std::tuple<GA, GB>{scalify::detail::matmul_transposed_b<S, GradOut>(g, bv), GB{}};
+    return std::tuple<GA, GB>{GA{}, scalify::detail::matmul_transposed_a<S, GradOut>(av, g)};
+}
+
+/// Whether matmul's backward products for cotangent G and operands A, B compute exactly what the
+/// same products of the values widened to one compute type do: both products (g.b^T, a^T.g)
+/// accumulate in that type on Eigen's path (no tensor-core model takes either operand pair)
+/// and store the same result type. Then every such (G, A, B) shares one instantiation of the
+/// products per compute type: the cotangent types times the operand types (times the recipe's
+/// forward types) would otherwise each compile their own.
+template <class GradOut, class G, class A, class B>
+struct widened_matmul_backward {
+    using compute_a = std::common_type_t<compute_t<G>, compute_t<B>>;  // g.b^T
+    using compute_b = std::common_type_t<compute_t<A>, compute_t<G>>;  // a^T.g
+    using result_a = scalify::detail::out_or_t<GradOut, promote_t<G, B>>;
+    using result_b = scalify::detail::out_or_t<GradOut, promote_t<A, G>>;
+    template <class X, class Y>
+    static constexpr bool exact_pair = std::is_void_v<tensor_core::operand_gemm_t<tensor_core::h100_cublaslt_fp8, X, Y>> &&
+                                       std::is_void_v<tensor_core::operand_gemm_t<tensor_core::h100_cublaslt_fp8_fast, X, Y>>;
+    static constexpr bool same = std::same_as<G, compute_a> && std::same_as<A, compute_a> && std::same_as<B, compute_a>;
+    static constexpr bool value = !same && std::same_as<compute_a, compute_b> && std::same_as<result_a, result_b> &&
+                                  exact_pair<G, B> && exact_pair<A, G>;
+};
+
+/// x's values in C, at x's scale (exact: C is at least as wide as x's compute type). Only the
+/// shape when `needed` is false: the products that would read the data are not formed.
+template <class C, class T, class P>
+[[nodiscard]] ScaledArray<C, P> widened(const ScaledArray<T, P>& x, bool needed)
+{
+    xt::xarray<C> data = xt::xarray<C>::from_shape(x.shape());
+    if (needed) {
+        const T* in = x.data().data();
+        C* out = data.data();
+        for (std::size_t i = 0; i < data.size(); ++i) out[i] = static_cast<C>(scalify::detail::load(in[i]));
+    }
+    return ScaledArray<C, P>(std::move(data), x.scale());
+}
+
 /// a.b recorded with matmul_vjp; only the gradients an input needs are computed (each by the
 /// same product matmul_vjp forms). Batched and 1-D operands as numpy's matmul. The gradient
 /// products are stored as GradOut (void: the operands' promoted type, as matmul_vjp does).
@@ -538,18 +591,18 @@ template <class R, class GradOut = void, class S, class A, class B, class P>
     const bool need_a = a.requires_grad(), need_b = b.requires_grad();
     return record_op<S>("matmul", scalify::matmul<S, R>(a.value(), b.value()), std::tuple{a, b},
                         [need_a, need_b](const auto& g, const auto&, const auto& av, const auto& bv) {
-                            using GA = decltype(scalify::detail::matmul_transposed_b<S, GradOut>(g, bv));
-                            using GB = decltype(scalify::detail::matmul_transposed_a<S, GradOut>(av, g));
-                            if (av.dimension() != 2 || bv.dimension() != 2) {
-                                auto r = scalify::detail::batched_matmul_vjp<S, GradOut>(g, av, bv, need_a, need_b);
-                                return std::tuple<GA, GB>{std::move(r.first), std::move(r.second)};
+                            using G = typename std::remove_cvref_t<decltype(g)>::value_type;
+                            using widening = widened_matmul_backward<GradOut, G, A, B>;
+                            if constexpr (widening::value) {
+                                // g.b^T reads g and b, a^T.g reads a and g.
+                                using C = typename widening::compute_a;
+                                using Out = typename widening::result_a;
+                                auto r = matmul_backward<S, Out>(widened<C>(g, true), widened<C>(av, need_b),
+                                                                 widened<C>(bv, need_a), need_a, need_b);
+                                return r;
+                            } else {
+                                return matmul_backward<S, GradOut>(g, av, bv, need_a, need_b);
                             }
-                            if (need_a && need_b) {
-                                auto r = scalify::matmul_vjp<S, GradOut>(g, av, bv);
-                                return std::tuple<GA, GB>{std::move(r.first), std::move(r.second)};
-                            }
-                            if (need_a) return std::tuple<GA, GB>{scalify::detail::matmul_transposed_b<S, GradOut>(g, bv), GB{}};
-                            return std::tuple<GA, GB>{GA{}, scalify::detail::matmul_transposed_a<S, GradOut>(av, g)};
                         });
 }
 
