@@ -568,16 +568,18 @@ struct widened_matmul_backward {
                                   exact_pair<G, B> && exact_pair<A, G>;
 };
 
-/// x's values in C, at x's scale (exact: C is at least as wide as x's compute type). Only the
-/// shape when `needed` is false: the products that would read the data are not formed.
+/// x's values in C, at x's scale (exact: C is at least as wide as x's compute type). Zeros of
+/// x's shape when `needed` is false: no product that is formed reads them.
 template <class C, class T, class P>
 [[nodiscard]] ScaledArray<C, P> widened(const ScaledArray<T, P>& x, bool needed)
 {
     xt::xarray<C> data = xt::xarray<C>::from_shape(x.shape());
+    const T* in = x.data().data();
+    C* out = data.data();
     if (needed) {
-        const T* in = x.data().data();
-        C* out = data.data();
         for (std::size_t i = 0; i < data.size(); ++i) out[i] = static_cast<C>(scalify::detail::load(in[i]));
+    } else {
+        std::fill_n(out, data.size(), C(0));
     }
     return ScaledArray<C, P>(std::move(data), x.scale());
 }
