@@ -28,6 +28,7 @@
 #include <cmath>
 #include <concepts>
 #include <cstddef>
+#include <optional>
 #include <tuple>
 #include <type_traits>
 #include <utility>
@@ -568,20 +569,26 @@ struct widened_matmul_backward {
                                   exact_pair<G, B> && exact_pair<A, G>;
 };
 
-/// x's values in C, at x's scale (exact: C is at least as wide as x's compute type). Zeros of
-/// x's shape when `needed` is false: no product that is formed reads them.
+/// x's values in C, at x's scale (exact: C is at least as wide as x's compute type): x itself
+/// when it is already in C, else a widened copy held in `storage`. Zeros of x's shape when
+/// `needed` is false: no product that is formed reads them.
 template <class C, class T, class P>
-[[nodiscard]] ScaledArray<C, P> widened(const ScaledArray<T, P>& x, bool needed)
+[[nodiscard]] const ScaledArray<C, P>& widened(const ScaledArray<T, P>& x, bool needed,
+                                               std::optional<ScaledArray<C, P>>& storage)
 {
-    xt::xarray<C> data = xt::xarray<C>::from_shape(x.shape());
-    const T* in = x.data().data();
-    C* out = data.data();
-    if (needed) {
-        for (std::size_t i = 0; i < data.size(); ++i) out[i] = static_cast<C>(scalify::detail::load(in[i]));
+    if constexpr (std::same_as<T, C>) {
+        return x;
     } else {
-        std::fill_n(out, data.size(), C(0));
+        xt::xarray<C> data = xt::xarray<C>::from_shape(x.shape());
+        const T* in = x.data().data();
+        C* out = data.data();
+        if (needed) {
+            for (std::size_t i = 0; i < data.size(); ++i) out[i] = static_cast<C>(scalify::detail::load(in[i]));
+        } else {
+            std::fill_n(out, data.size(), C(0));
+        }
+        return storage.emplace(std::move(data), x.scale());
     }
-    return ScaledArray<C, P>(std::move(data), x.scale());
 }
 
 /// a.b recorded with matmul_vjp; only the gradients an input needs are computed (each by the
@@ -599,9 +606,9 @@ template <class R, class GradOut = void, class S, class A, class B, class P>
                                 // g.b^T reads g and b, a^T.g reads a and g.
                                 using C = typename widening::compute_a;
                                 using Out = typename widening::result_a;
-                                auto r = matmul_backward<S, Out>(widened<C>(g, true), widened<C>(av, need_b),
-                                                                 widened<C>(bv, need_a), need_a, need_b);
-                                return r;
+                                std::optional<ScaledArray<C, P>> g_c, a_c, b_c;
+                                return matmul_backward<S, Out>(widened<C>(g, true, g_c), widened<C>(av, need_b, a_c),
+                                                               widened<C>(bv, need_a, b_c), need_a, need_b);
                             } else {
                                 return matmul_backward<S, GradOut>(g, av, bv, need_a, need_b);
                             }
