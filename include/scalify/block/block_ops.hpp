@@ -7,7 +7,7 @@
 #include <scalify/block/block_scaled_array.hpp>
 #include <scalify/ops/matmul.hpp>
 
-#include <Eigen/Core>
+#include <scalify/detail/eigen_core.hpp>
 
 #include <algorithm>
 #include <cstdint>

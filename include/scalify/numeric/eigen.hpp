@@ -7,7 +7,7 @@
 #include <scalify/numeric/convert.hpp>
 #include <scalify/numeric/limits.hpp>
 
-#include <Eigen/Core>
+#include <scalify/detail/eigen_core.hpp>
 
 #include <cstdint>
 

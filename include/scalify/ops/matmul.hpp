@@ -23,7 +23,7 @@
 #include <scalify/tensor_core/accumulation.hpp>
 #include <scalify/tensor_core/gemm.hpp>
 
-#include <Eigen/Core>
+#include <scalify/detail/eigen_core.hpp>
 
 #include <algorithm>
 #include <array>
