@@ -15,6 +15,17 @@ set(SCALIFY_DEMO_PACKAGES
   g++ make libeigen3-dev libxtensor-dev libfmt-dev zlib1g-dev dataset-fashion-mnist catch2 libbenchmark-dev
   openmpi-bin libopenmpi-dev libopenblas-openmp-dev fortunes)
 set(SCALIFY_TEST_PACKAGES ${SCALIFY_DEMO_PACKAGES} clang-14 libclang-rt-14-dev libomp-14-dev lld-14)
+# The ARM64 cross tree (cmake/cross_test.cmake, build-arm64/): Debian's aarch64 cross compiler
+# (with the arm64 libc, libstdc++ and libgomp it links against), qemu-user, the
+# header-only libraries (the host's libxtensor-dev: libxtensor-dev:arm64 is not installable, its
+# xtl-dev is not Multi-Arch: foreign), and from Debian's multiarch arm64 packages
+# (dpkg --add-architecture arm64) the compiled ones, zlib (the training example) and fmt, and the
+# run-time libraries qemu loads the programs with (libc6:arm64 comes with zlib1g-dev:arm64; see
+# cmake/toolchains/aarch64-linux-gnu.cmake).
+set(SCALIFY_CROSS_ARCHITECTURE arm64)
+set(SCALIFY_CROSS_PACKAGES
+  make g++-aarch64-linux-gnu qemu-user libeigen3-dev libxtensor-dev catch2 dataset-fashion-mnist fortunes
+  libfmt-dev:arm64 zlib1g-dev:arm64 libstdc++6:arm64 libgomp1:arm64)
 
 function(scalify_require_packages)
   find_program(dpkg_query dpkg-query)
@@ -46,6 +57,29 @@ function(scalify_require_packages)
   execute_process(COMMAND env DEBIAN_FRONTEND=noninteractive
                           apt-get install -y --no-install-recommends ${missing}
                   COMMAND_ERROR_IS_FATAL ANY)
+endfunction()
+
+# scalify_require_architecture(<debian architecture>): makes dpkg take packages of that foreign
+# architecture (multiarch), as root; otherwise stops with the command to run.
+function(scalify_require_architecture arch)
+  execute_process(COMMAND dpkg --print-architecture OUTPUT_VARIABLE native OUTPUT_STRIP_TRAILING_WHITESPACE
+                  RESULT_VARIABLE rc ERROR_QUIET)
+  if(NOT rc EQUAL 0)
+    message(WARNING "scalify: dpkg not found; make sure the ${arch} packages are installed")
+    return()
+  endif()
+  execute_process(COMMAND dpkg --print-foreign-architectures OUTPUT_VARIABLE foreign)
+  string(REGEX MATCHALL "[^\n]+" foreign "${foreign}")
+  if(arch STREQUAL native OR arch IN_LIST foreign)
+    return()
+  endif()
+  execute_process(COMMAND id -u OUTPUT_VARIABLE uid OUTPUT_STRIP_TRAILING_WHITESPACE)
+  if(NOT uid STREQUAL "0")
+    message(FATAL_ERROR "scalify needs Debian's ${arch} packages (multiarch). As root, run:\n"
+                        "  sudo dpkg --add-architecture ${arch}\nthen this command again.")
+  endif()
+  message(STATUS "scalify: dpkg --add-architecture ${arch}")
+  execute_process(COMMAND dpkg --add-architecture ${arch} COMMAND_ERROR_IS_FATAL ANY)
 endfunction()
 
 # scalify_build(<binary dir> [TARGETS <target>...] [ARGS <cache argument>...]): configure (cheap
