@@ -7,7 +7,7 @@
 // portable).
 //
 //   bench_gemm[_portable] [--threads N] [--repeat N]
-#include <Eigen/Core>
+#include <scalify/detail/eigen_core.hpp>  // <Eigen/Core>, past GCC 12's AVX-512 false positive
 #include <cblas.h>
 #include <fmt/format.h>
 
