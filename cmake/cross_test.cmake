@@ -33,8 +33,7 @@ set(mark ${started})
 # -march=native for a cross compiler (SCALIFY_NATIVE off; the sweeps and examples keep its
 # -ffp-contract=off), no MPI, no OpenBLAS, nothing but what ctest runs here.
 scalify_build("${cross_build}"
-  TARGETS scalify_unit_tests scalify_exhaustive_tests char_lm
-          01_minifloat_tour 02_scaled_matmul_chain 03_loss_scaling 04_tensor_core 05_scaled_autodiff
+  TARGETS scalify_cross_tests
   ARGS
   "-DCMAKE_TOOLCHAIN_FILE=${SCALIFY_ROOT}/cmake/toolchains/aarch64-linux-gnu.cmake"
   -DCMAKE_BUILD_TYPE=Release "-DCMAKE_CXX_FLAGS_RELEASE=-Og -DNDEBUG"
