@@ -90,48 +90,67 @@ template <class R, class Buffer>
     }
 }
 
-/// The matrix itself, or its transpose as a view (Eigen reads it in place).
-template <bool Transpose, class M>
-[[nodiscard]] auto oriented(const M& matrix)
-{
-    if constexpr (Transpose) return matrix.transpose();
-    else return matrix;
-}
-
 /// Products of at least this many multiply-adds are the ones Eigen's GEMM would split across
 /// threads (it gives each thread at least 50 000).
 inline constexpr double gemm_parallel_work = 100000.0;
 
-/// dst = alpha * (lhs * rhs) through Eigen's GEMM, with bits that do not depend on the thread
-/// count. Eigen's own parallel GEMM re-derives its depth blocking from the number of threads, so
-/// with 512 or more products per sum a 2-thread result rounds differently from a 1-thread one.
-/// Here every thread runs Eigen's sequential GEMM (Eigen does not fork inside a parallel region)
-/// on a slab of dst whose edges sit on the GEMM micro-kernel's tile grid: each element is summed
-/// in the order of the 1-thread product. Slabs run along dst's longer side, so the operand packed
-/// again by every thread is the smaller one. With EIGEN_USE_BLAS the BLAS decides (and threads).
-template <class Dst, class Lhs, class Rhs, class C>
-void gemm_any_thread_count(Dst& dst, const Lhs& lhs, const Rhs& rhs, C alpha)
+/// A row-major matrix stored with a row stride, read as itself or (Transposed) as its transpose:
+/// the transpose of a row-major matrix is the column-major matrix over the same memory.
+template <class C, bool Transposed>
+using stored_operand = Eigen::Map<const Eigen::Matrix<C, Eigen::Dynamic, Eigen::Dynamic, Transposed ? Eigen::ColMajor : Eigen::RowMajor>,
+                                  Eigen::Unaligned, Eigen::OuterStride<>>;
+
+/// out (m x n, row-major, row stride ldo) = alpha * op(a) op(b) through Eigen's sequential GEMM;
+/// a is stored m x k (k x m when TransposeA) with row stride lda, b likewise. The one Eigen
+/// product expression of the library per (C, TransposeA, TransposeB): every matmul, batched or
+/// not, forward or backward, and every thread's slab goes through it, so Eigen's GEMM machinery
+/// is compiled at most four times per compute type.
+template <class C, bool TransposeA, bool TransposeB>
+void gemm_slab(const C* a, std::size_t lda, const C* b, std::size_t ldb, C* out, std::size_t ldo, std::size_t m,
+               std::size_t k, std::size_t n, C alpha)
 {
+    const auto index = [](std::size_t extent) { return static_cast<Eigen::Index>(extent); };
+    const stored_operand<C, TransposeA> lhs(a, index(m), index(k), Eigen::OuterStride<>(index(lda)));
+    const stored_operand<C, TransposeB> rhs(b, index(k), index(n), Eigen::OuterStride<>(index(ldb)));
+    Eigen::Map<row_major_matrix<C>, Eigen::Unaligned, Eigen::OuterStride<>> dst(out, index(m), index(n),
+                                                                               Eigen::OuterStride<>(index(ldo)));
+    dst.noalias() = alpha * (lhs * rhs);  // this form folds alpha into the GEMM, no temporary
+}
+
+/// out (m x n, row-major, dense) = alpha * op(a) op(b), with bits that do not depend on the
+/// thread count. Eigen's own parallel GEMM re-derives its depth blocking from the number of
+/// threads, so with 512 or more products per sum a 2-thread result rounds differently from a
+/// 1-thread one. Here every thread runs Eigen's sequential GEMM (Eigen does not fork inside a
+/// parallel region) on a slab of out whose edges sit on the GEMM micro-kernel's tile grid: each
+/// element is summed in the order of the 1-thread product. Slabs run along out's longer side, so
+/// the operand packed again by every thread is the smaller one. With EIGEN_USE_BLAS the BLAS
+/// decides (and threads).
+template <class C, bool TransposeA, bool TransposeB>
+void gemm_any_thread_count(const C* a, const C* b, std::size_t m, std::size_t k, std::size_t n, C* out, C alpha)
+{
+    const std::size_t lda = TransposeA ? m : k, ldb = TransposeB ? k : n;
 #if !defined(EIGEN_USE_BLAS)
-    const Eigen::Index m = dst.rows(), n = dst.cols(), k = lhs.cols();
     const int threads = in_parallel_region() ? 1 : Eigen::nbThreads();  // 1 without OpenMP
     if (threads > 1 && m > 1 && n > 1 && double(m) * double(n) * double(k) >= gemm_parallel_work) {
         using traits = Eigen::internal::gebp_traits<C, C>;
-        const auto grid = static_cast<Eigen::Index>(std::lcm(int(traits::mr), int(traits::nr)));
+        const auto grid = static_cast<std::size_t>(std::lcm(int(traits::mr), int(traits::nr)));
         const bool by_rows = m >= n;
-        const Eigen::Index extent = by_rows ? m : n;
-        const Eigen::Index slab = std::max<Eigen::Index>(grid, (extent + threads * grid - 1) / (threads * grid) * grid);
-        const auto slabs = static_cast<std::size_t>((extent + slab - 1) / slab);
-        parallel_tasks_in_region(slabs, threads, [&](std::size_t s) {
-            const auto begin = static_cast<Eigen::Index>(s) * slab;
-            const Eigen::Index size = std::min(slab, extent - begin);
-            if (by_rows) dst.middleRows(begin, size).noalias() = alpha * (lhs.middleRows(begin, size) * rhs);
-            else dst.middleCols(begin, size).noalias() = alpha * (lhs * rhs.middleCols(begin, size));
+        const std::size_t extent = by_rows ? m : n;
+        const std::size_t slab = std::max<std::size_t>(grid, (extent + threads * grid - 1) / (threads * grid) * grid);
+        parallel_tasks_in_region((extent + slab - 1) / slab, threads, [&](std::size_t s) {
+            const std::size_t begin = s * slab, size = std::min(slab, extent - begin);
+            if (by_rows) {
+                gemm_slab<C, TransposeA, TransposeB>(a + (TransposeA ? begin : begin * lda), lda, b, ldb, out + begin * n, n,
+                                                     size, k, n, alpha);
+            } else {
+                gemm_slab<C, TransposeA, TransposeB>(a, lda, b + (TransposeB ? begin * ldb : begin), ldb, out + begin, n, m, k,
+                                                     size, alpha);
+            }
         });
         return;
     }
 #endif
-    dst.noalias() = alpha * (lhs * rhs);  // this form folds alpha into the GEMM, no temporary
+    gemm_slab<C, TransposeA, TransposeB>(a, lda, b, ldb, out, n, m, k, n, alpha);
 }
 
 /// What a matmul's rule sees: natural scale sa sb, both input scales, contraction K.
@@ -206,30 +225,22 @@ template <class Strategy, class R, class C, ScalePolicy P, bool TransposeA, bool
 [[nodiscard]] ScaledArray<R, P> eigen_matmul(const C* a, const C* b, std::size_t m, std::size_t k, std::size_t n,
                                              const scale_request& request, xt::xarray<R>* buffer)
 {
-    const auto index = [](std::size_t extent) { return static_cast<Eigen::Index>(extent); };
-    const Eigen::Map<const row_major_matrix<C>> a_stored(a, index(TransposeA ? k : m), index(TransposeA ? m : k));
-    const Eigen::Map<const row_major_matrix<C>> b_stored(b, index(TransposeB ? n : k), index(TransposeB ? k : n));
-    const auto lhs = oriented<TransposeA>(a_stored);
-    const auto rhs = oriented<TransposeB>(b_stored);
     const std::vector<std::size_t> shape{m, n};
-
     if constexpr (!Strategy::needs_amax && std::same_as<R, C>) {
         // Static scale: fold natural / scale into GEMM's alpha and write straight into the result.
         const float scale = static_matmul_scale<Strategy, P>(request);
         xt::xarray<R> data = buffer ? result_buffer<R>(std::move(*buffer), shape) : result_buffer<R>(no_buffer{}, shape);
-        Eigen::Map<row_major_matrix<C>> result(data.data(), index(m), index(n));
         if (scale == 0.0f || request.natural == 0.0f || k == 0) {
-            result.setZero();
+            std::fill_n(data.data(), m * n, C(0));
         } else {
             const auto alpha = static_cast<C>(double(request.natural) / double(scale));
-            gemm_any_thread_count(result, lhs, rhs, alpha);
+            gemm_any_thread_count<C, TransposeA, TransposeB>(a, b, m, k, n, data.data(), alpha);
         }
         return ScaledArray<R, P>(std::move(data), request.natural == 0.0f ? 0.0f : scale);
     } else {
         (void)buffer;
-        row_major_matrix<C> product(index(m), index(n));
-        if (k == 0) product.setZero();
-        else gemm_any_thread_count(product, lhs, rhs, C(1));
+        std::vector<C> product(m * n);
+        if (k != 0) gemm_any_thread_count<C, TransposeA, TransposeB>(a, b, m, k, n, product.data(), C(1));
         return finish_matmul<Strategy, R, C, P>(shape, request, product.data());
     }
 }
@@ -404,16 +415,15 @@ template <class Strategy, class R, class C, ScalePolicy P>
                                                      const scale_request& request)
 {
     const std::size_t batches = s.batch_count(), m = s.m, k = s.k, n = s.n;
-    const auto index = [](std::size_t extent) { return static_cast<Eigen::Index>(extent); };
-    std::vector<C> raw(batches * m * n);
+    std::vector<C> raw(batches * m * n);  // zeros: a k == 0 product stays so
     parallel_for(batches, [&](std::size_t t) {
         // Each batch as a scale-1 product under natural scaling would compute: alpha 1, the
         // same GEMM call over the same operand values.
-        const Eigen::Map<const row_major_matrix<C>> lhs(a + s.operand_batch(s.a_batch, t) * m * k, index(m), index(k));
-        const Eigen::Map<const row_major_matrix<C>> rhs(b + s.operand_batch(s.b_batch, t) * k * n, index(k), index(n));
-        Eigen::Map<row_major_matrix<C>> product(raw.data() + t * m * n, index(m), index(n));
-        if (k == 0) product.setZero();
-        else gemm_any_thread_count(product, lhs, rhs, C(1));
+        if (k != 0) {
+            gemm_any_thread_count<C, false, false>(a + s.operand_batch(s.a_batch, t) * m * k,
+                                                   b + s.operand_batch(s.b_batch, t) * k * n, m, k, n, raw.data() + t * m * n,
+                                                   C(1));
+        }
     });
     return finish_matmul<Strategy, R, C, P>(s.out, request, raw.data());
 }
