@@ -200,6 +200,38 @@ TEST_CASE("gradient-path ops act on the cotangent only", "[autodiff]")
     CHECK_THROWS_AS(ad::grad([&](const auto& p) { return reduce_sum(stop_gradient(p) * 2.0); }, w), autodiff_error);
 }
 
+TEST_CASE("backward rules compute in the output's compute type (docs/ops.md)", "[autodiff]")
+{
+    std::mt19937 rng(21);
+    using A = ScaledArray<float, pow2_scale>;
+    const A w = random_array<float, pow2_scale>(rng, {6, 7}, 0.5f);
+
+    // An E5M2 cotangent reaching relu's rule is read in float32; the rule's result is float32,
+    // with the E5M2 values where w > 0 and zeros elsewhere.
+    const auto through_relu =
+        ad::grad([&](const auto& p) { return reduce_sum(cast_grad<float8_e5m2>(relu(p)) * 3.0); }, w);
+    const auto direct = ad::grad([&](const auto& p) { return reduce_sum(cast_grad<float8_e5m2>(p) * 3.0); }, w);
+    REQUIRE(direct.holds<float8_e5m2>());
+    REQUIRE(through_relu.holds<float>());
+    const auto mask = xt::eval(xt::cast<float>(w.value() > 0.0f));
+    CHECK(through_relu.value() == xt::eval(direct.value() * mask));
+
+    // A float64 seed on a float32 output is rounded to float32 before the first rule.
+    ad::tape<pow2_scale> tape;
+    const auto v = tape.watch(w);
+    const auto y = relu(v) * 2.0;
+    xt::xarray<double> seed = xt::xarray<double>::from_shape({6, 7});
+    seed.fill(1.0 / 3.0);
+    tape.backward(y, ScaledArray<double, pow2_scale>(seed, 1.0f));
+    REQUIRE(tape.gradient_of(v).holds<float>());
+    CHECK(tape.gradient_of(v).value() == xt::eval(xt::full_like(mask, 2.0f * float(1.0 / 3.0)) * mask));
+
+    // A float64 computation keeps float64 cotangents.
+    const auto wd = cast<double>(w);
+    const auto gd = ad::grad([&](const auto& p) { return reduce_sum(gelu(p) * p); }, wd);
+    CHECK(gd.holds<double>());
+}
+
 TEST_CASE("a matmul precision scope casts operands and cotangents, and is restored", "[autodiff]")
 {
     std::mt19937 rng(13);

@@ -109,6 +109,7 @@ public:
         });
     }
     [[nodiscard]] const variant_type& variant() const noexcept { return m_array; }
+    [[nodiscard]] variant_type&& variant_rvalue() && noexcept { return std::move(m_array); }
 
 private:
     /// f(the held array), forwarded as self is (const lvalue or rvalue). A switch on the index

@@ -492,7 +492,7 @@ template <ScaledElement G, RoundingPolicy Rounding = round_nearest_even, Saturat
 [[nodiscard]] var<T, P, S> cast_grad(const var<T, P, S>& x)
 {
     static_assert(GradientElement<G>, "cast_grad: G must be one of the gradient types (see ad::GradientElement)");
-    return detail::record_op<S>("cast_grad", x.value(), std::tuple{x}, [](const auto& g, const auto&, const auto&) {
+    return detail::record_op<S, returns_cotangent_types>("cast_grad", x.value(), std::tuple{x}, [](const auto& g, const auto&, const auto&) {
         return std::tuple{scalify::cast<G, Rounding, Saturation>(g)};
     });
 }
@@ -598,7 +598,7 @@ template <class R, class GradOut = void, class S, class A, class B, class P>
 [[nodiscard]] var<R, P, S> recorded_matmul(const var<A, P, S>& a, const var<B, P, S>& b)
 {
     const bool need_a = a.requires_grad(), need_b = b.requires_grad();
-    return record_op<S>("matmul", scalify::matmul<S, R>(a.value(), b.value()), std::tuple{a, b},
+    return record_op<S, sees_narrow_cotangents>("matmul", scalify::matmul<S, R>(a.value(), b.value()), std::tuple{a, b},
                         [need_a, need_b](const auto& g, const auto&, const auto& av, const auto& bv) {
                             using G = typename std::remove_cvref_t<decltype(g)>::value_type;
                             using widening = widened_matmul_backward<GradOut, G, A, B>;
@@ -634,7 +634,7 @@ template <ScaledElement F, class T, class P, class S>
 template <ScaledElement G, class T, class P, class S>
 [[nodiscard]] var<T, P, S> recipe_cast_grad(const var<T, P, S>& x, cast_scaling scaling)
 {
-    return record_op<S>("matmul_precision_scope", x.value(), std::tuple{x}, [scaling](const auto& g, const auto&, const auto&) {
+    return record_op<S, returns_cotangent_types>("matmul_precision_scope", x.value(), std::tuple{x}, [scaling](const auto& g, const auto&, const auto&) {
         return std::tuple{recipe_cast_array<G>(g, scaling)};
     });
 }

@@ -246,11 +246,46 @@ void send(Node& n, Cotangent&& c)
 
 }  // namespace detail
 
+/// How an op's backward rule receives and returns cotangents. A rule's body is compiled once per
+/// type its cotangent can arrive in, so the rule decides how many copies of it exist.
+///
+/// - computes_in_value_type (every built-in op but the three below): the cotangent arrives in the
+///   compute type of the op's output (float32, or float64 for float64 values): a narrower one is
+///   widened exactly, a float64 one reaching a float32 value is rounded to float32. The rule
+///   computes there and returns its cotangents in that type. One body per op.
+/// - returns_cotangent_types (cast_grad, the recipe's cotangent cast): the same entry; the results
+///   have the types the rule gives them (a narrow type: what these rules exist for).
+/// - sees_narrow_cotangents (matmul): a float32 or float64 cotangent arrives in the output's compute
+///   type as above; a 16- or 8-bit one arrives as it was sent, one body per such type, because the
+///   tensor-core models multiply fp16, bf16 and fp8 cotangents as their codes. The results keep
+///   the types the rule gives them.
+/// - sees_cotangent_types (custom_op): the rule sees the cotangent in the type it was sent in, one
+///   body per gradient type, and its results are sent as they are.
+struct computes_in_value_type {};
+struct returns_cotangent_types {};
+struct sees_narrow_cotangents {};
+struct sees_cotangent_types {};
+
+template <class Rule>
+concept CotangentRule = std::same_as<Rule, computes_in_value_type> || std::same_as<Rule, returns_cotangent_types> ||
+                        std::same_as<Rule, sees_narrow_cotangents> || std::same_as<Rule, sees_cotangent_types>;
+
 namespace detail {
 
+/// The cotangent in element type C (moved when it holds C, else converted to nearest even: exact
+/// for every narrower type). One function per (C, P), shared by every op.
+template <ScaledElement C, ScalePolicy P>
+[[nodiscard]] ScaledArray<C, P> take_as(gradient<P>&& g)
+{
+    if (g.template holds<C>()) return std::get<ScaledArray<C, P>>(std::move(g).variant_rvalue());
+    return g.template as<C>();
+}
+
 /// Records an op. `backward(g, output, inputs...)` gets the output's cotangent and the values of
-/// the output and of every input, and returns one cotangent (or no_gradient) per input.
-template <class Strategy, ScaledElement T, ScalePolicy P, class... Inputs, class Backward>
+/// the output and of every input, and returns one cotangent (or no_gradient) per input; Rule says
+/// in which types (see CotangentRule).
+template <class Strategy, CotangentRule Rule = computes_in_value_type, ScaledElement T, ScalePolicy P, class... Inputs,
+          class Backward>
 [[nodiscard]] var<T, P, Strategy> record_op(const char* op, ScaledArray<T, P> output, const std::tuple<Inputs...>& inputs,
                                             Backward backward)
 {
@@ -286,16 +321,29 @@ template <class Strategy, ScaledElement T, ScalePolicy P, class... Inputs, class
     // The closure lives in the node, so the raw pointer to it is valid whenever it runs.
     node->backward = [self = node.get(), input_nodes = std::move(input_nodes),
                       backward = std::move(backward)](gradient<P>&& g) {
-        // Instantiated once per cotangent type of every op: one index expansion rather than
-        // std::apply's chain of calls keeps that small.
-        std::move(g).visit([&](auto&& cotangent) {
+        // One index expansion rather than std::apply's chain of calls: this body is instantiated
+        // for every op (and, for sees_cotangent_types, every cotangent type).
+        const auto run = [&](auto&& cotangent) {
             [&]<std::size_t... I>(std::index_sequence<I...>) {
                 auto results = backward(std::move(cotangent), self->value(), std::get<I>(input_nodes)->value()...);
                 static_assert(std::tuple_size_v<decltype(results)> == sizeof...(Inputs),
                               "custom_op: the backward function must return one cotangent (or ad::no_gradient) per input");
                 (send(*std::get<I>(input_nodes), std::move(std::get<I>(results))), ...);
             }(std::index_sequence_for<Inputs...>{});
-        });
+        };
+        if constexpr (std::same_as<Rule, sees_cotangent_types>) {
+            std::move(g).visit(run);
+        } else if constexpr (std::same_as<Rule, sees_narrow_cotangents>) {
+            if (g.template holds<float>() || g.template holds<double>()) {
+                run(take_as<compute_t<T>>(std::move(g)));
+            } else {
+                std::move(g).visit([&]<class G, class GP>(ScaledArray<G, GP>&& cotangent) {
+                    if constexpr (!std::same_as<G, float> && !std::same_as<G, double>) run(std::move(cotangent));
+                });
+            }
+        } else {
+            run(take_as<compute_t<T>>(std::move(g)));
+        }
     };
     state->nodes.push_back(node);
     return var_access::make(std::move(node), state);
@@ -324,12 +372,12 @@ template <class Strategy, ScaledElement T, ScalePolicy P, ScaledElement I, class
     node->requires_grad = true;
     node->tape = state.get();
     node->index = state->nodes.size();
+    // computes_in_value_type (see CotangentRule).
     node->backward = [input_nodes = std::move(input_nodes), backward = std::move(backward)](gradient<P>&& g) {
-        std::move(g).visit([&](const auto& cotangent) {
-            for (std::size_t i = 0; i < input_nodes.size(); ++i) {
-                if (input_nodes[i]->requires_grad) input_nodes[i]->accumulate(backward(cotangent, i));
-            }
-        });
+        const auto cotangent = take_as<compute_t<T>>(std::move(g));
+        for (std::size_t i = 0; i < input_nodes.size(); ++i) {
+            if (input_nodes[i]->requires_grad) input_nodes[i]->accumulate(backward(cotangent, i));
+        }
     };
     state->nodes.push_back(node);
     return var_access::make(std::move(node), state);
@@ -349,7 +397,7 @@ template <class Strategy, ScaledElement T, ScalePolicy P, ScaledElement I, class
 template <class Strategy, ScaledElement T, ScalePolicy P, class... Inputs, class Backward>
 [[nodiscard]] var<T, P, Strategy> custom_op(ScaledArray<T, P> output, const std::tuple<Inputs...>& inputs, Backward backward)
 {
-    return detail::record_op<Strategy>(
+    return detail::record_op<Strategy, sees_cotangent_types>(
         "custom_op", std::move(output), inputs, [backward = std::move(backward)](const auto& g, const auto&, const auto&... in) {
             if constexpr (std::is_invocable_v<const Backward&, decltype(g), decltype(in)...>) return backward(g, in...);
             else return backward(g);
