@@ -170,13 +170,22 @@ struct value_and_grad_result {
     Grads grads;  ///< one gradient tree per parameter tree (a std::tuple when there are several)
 };
 
-/// f(params as vars...) and the gradient of its scalar result with respect to every leaf of
-/// every parameter tree, each an ad::gradient<P> with its own propagated scale. Every op of f
-/// uses Strategy. autodiff_error when the result is not a scalar, or when it does not depend on
-/// a parameter (naming the parameter's position and shape). The parameters are read in place,
-/// not copied: f must not modify them (a var of a parameter that f lets escape gets its own copy).
-template <class Strategy = default_scaling, class F, class... Params>
-[[nodiscard]] auto value_and_grad(F&& f, const Params&... params)
+namespace detail {
+
+/// Whether value_and_grad's template argument is a strategy: the check comes first, and nothing
+/// else is instantiated when it fails, so a wrong argument gives one error, not hundreds.
+template <class Strategy>
+consteval bool checked_strategy()
+{
+    static_assert(ScalingStrategy<Strategy>,
+                  "value_and_grad<Strategy> / grad<Strategy>: Strategy must be a scaling strategy (default_scaling, "
+                  "unit_scaling, natural_scaling, dynamic_abs<T>, ...: see scalify::ScalingStrategy). A scale policy "
+                  "such as pow2_scale is not one: it is the parameters' ScaledArray<T, Policy> type");
+    return ScalingStrategy<Strategy>;
+}
+
+template <class Strategy, class F, class... Params>
+[[nodiscard]] auto checked_value_and_grad(F&& f, const Params&... params)
 {
     static_assert(sizeof...(Params) > 0, "value_and_grad: give at least one parameter tree");
     using first = typename detail::first_leaf<std::tuple_element_t<0, std::tuple<Params...>>>::type;
@@ -219,6 +228,23 @@ template <class Strategy = default_scaling, class F, class... Params>
             output.value(), std::move(std::get<0>(grads))};
     } else {
         return value_and_grad_result<typename Out::array_type, decltype(grads)>{output.value(), std::move(grads)};
+    }
+}
+
+}  // namespace detail
+
+/// f(params as vars...) and the gradient of its scalar result with respect to every leaf of
+/// every parameter tree, each an ad::gradient<P> with its own propagated scale. Every op of f
+/// uses Strategy. autodiff_error when the result is not a scalar, or when it does not depend on
+/// a parameter (naming the parameter's position and shape). The parameters are read in place,
+/// not copied: f must not modify them (a var of a parameter that f lets escape gets its own copy).
+template <class Strategy = default_scaling, class F, class... Params>
+[[nodiscard]] auto value_and_grad(F&& f, const Params&... params)
+{
+    if constexpr (detail::checked_strategy<Strategy>()) {
+        return detail::checked_value_and_grad<Strategy>(std::forward<F>(f), params...);
+    } else {
+        return value_and_grad_result<int, int>{};  // never used: the static_assert above has failed
     }
 }
 
