@@ -214,7 +214,8 @@ TEST_CASE("backward rules compute in the output's compute type (docs/ops.md)", "
     REQUIRE(direct.holds<float8_e5m2>());
     REQUIRE(through_relu.holds<float>());
     const auto mask = xt::eval(xt::cast<float>(w.value() > 0.0f));
-    CHECK(through_relu.value() == xt::eval(direct.value() * mask));
+    const xt::xarray<float> masked = direct.value() * mask;
+    CHECK(bool(through_relu.value() == masked));
 
     // A float64 seed on a float32 output is rounded to float32 before the first rule.
     ad::tape<pow2_scale> tape;
@@ -224,7 +225,8 @@ TEST_CASE("backward rules compute in the output's compute type (docs/ops.md)", "
     seed.fill(1.0 / 3.0);
     tape.backward(y, ScaledArray<double, pow2_scale>(seed, 1.0f));
     REQUIRE(tape.gradient_of(v).holds<float>());
-    CHECK(tape.gradient_of(v).value() == xt::eval(xt::full_like(mask, 2.0f * float(1.0 / 3.0)) * mask));
+    const xt::xarray<float> expected = 2.0f * float(1.0 / 3.0) * mask;
+    CHECK(bool(tape.gradient_of(v).value() == expected));
 
     // A float64 computation keeps float64 cotangents.
     const auto wd = cast<double>(w);
