@@ -192,21 +192,36 @@ template <class Shape>
     return {a[transpose_a ? 1 : 0], a[transpose_a ? 0 : 1], b[transpose_b ? 0 : 1]};
 }
 
-/// The checked output scale of a matmul under a static strategy (no amax needed).
-template <class Strategy, ScalePolicy P>
-[[nodiscard]] float static_matmul_scale(const scale_request& request)
+/// The checked output scale of a matmul under a static rule (no amax needed).
+template <ScalePolicy P>
+[[nodiscard]] float static_matmul_scale(const scale_request& request, scale_rule rule)
 {
-    return checked_output_scale<P>(scaling_traits<ops::matmul, Strategy>::template output_scale<P>(request), "matmul",
-                                   request);
+    return checked_output_scale<P>(rule(request), "matmul", request);
 }
+
+/// Strategy's matmul rule for policy P. The functions below take it at run time and NeedsAmax
+/// (Strategy::needs_amax) as a template argument: their bodies, multiplied by the operand types,
+/// the tensor-core models and the transposes, are compiled once for all strategies alike.
+template <class Strategy, ScalePolicy P>
+[[nodiscard]] constexpr scale_rule matmul_rule() noexcept
+{
+    static_assert(ScalingStrategy<Strategy>, "the Strategy argument does not satisfy scalify::ScalingStrategy");
+    if constexpr (ScalingStrategy<Strategy>) return scale_rule_of<ops::matmul, Strategy, P>();
+    else return nullptr;
+}
+template <class Strategy>
+inline constexpr bool needs_amax_v = [] {
+    if constexpr (ScalingStrategy<Strategy>) return bool(Strategy::needs_amax);
+    else return false;
+}();
 
 /// The result (R, policy P) of a raw data-domain product in compute type C: the strategy's scale,
 /// then one store loop (finish).
-template <class Strategy, class R, class C, ScalePolicy P>
+template <bool NeedsAmax, class R, class C, ScalePolicy P>
 [[nodiscard]] ScaledArray<R, P> finish_matmul(const std::vector<std::size_t>& shape, const scale_request& request,
-                                              const C* raw)
+                                              scale_rule rule, const C* raw)
 {
-    return finish<ops::matmul, Strategy, P, R, C>("matmul", shape, request, [raw](std::size_t i) { return raw[i]; });
+    return finish_by_rule<NeedsAmax, P, R, C>("matmul", shape, request, rule, [raw](std::size_t i) { return raw[i]; });
 }
 
 /// The result buffer of a 2-D product: the caller's (when it is an xt::xarray<R>), else new.
@@ -221,14 +236,14 @@ template <class R, class Buffer>
 /// row-major, stored transposed where TransposeA / TransposeB say (read through a transposed
 /// view, never copied). Every operand-type pair shares it: the backward pass multiplies each
 /// cotangent type by each operand type, and only the decoding depends on them.
-template <class Strategy, class R, class C, ScalePolicy P, bool TransposeA, bool TransposeB>
+template <bool NeedsAmax, class R, class C, ScalePolicy P, bool TransposeA, bool TransposeB>
 [[nodiscard]] ScaledArray<R, P> eigen_matmul(const C* a, const C* b, std::size_t m, std::size_t k, std::size_t n,
-                                             const scale_request& request, xt::xarray<R>* buffer)
+                                             const scale_request& request, scale_rule rule, xt::xarray<R>* buffer)
 {
     const std::vector<std::size_t> shape{m, n};
-    if constexpr (!Strategy::needs_amax && std::same_as<R, C>) {
+    if constexpr (!NeedsAmax && std::same_as<R, C>) {
         // Static scale: fold natural / scale into GEMM's alpha and write straight into the result.
-        const float scale = static_matmul_scale<Strategy, P>(request);
+        const float scale = static_matmul_scale<P>(request, rule);
         xt::xarray<R> data = buffer ? result_buffer<R>(std::move(*buffer), shape) : result_buffer<R>(no_buffer{}, shape);
         if (scale == 0.0f || request.natural == 0.0f || k == 0) {
             std::fill_n(data.data(), m * n, C(0));
@@ -241,7 +256,7 @@ template <class Strategy, class R, class C, ScalePolicy P, bool TransposeA, bool
         (void)buffer;
         std::vector<C> product(m * n);
         if (k != 0) gemm_any_thread_count<C, TransposeA, TransposeB>(a, b, m, k, n, product.data(), C(1));
-        return finish_matmul<Strategy, R, C, P>(shape, request, product.data());
+        return finish_matmul<NeedsAmax, R, C, P>(shape, request, rule, product.data());
     }
 }
 
@@ -255,15 +270,14 @@ template <class Strategy, class R, class C, ScalePolicy P, bool TransposeA, bool
 /// matmul with the data-domain product accumulated by Gemm (a tensor_core GEMM model), or by
 /// Eigen's float32 GEMM when Gemm is void. TransposeA / TransposeB: the operand is stored
 /// transposed (a is K x M, b is N x K); the backward pass's products g.b^T and a^T.g use this.
-template <class Strategy, class Out, class Gemm, bool TransposeA = false, bool TransposeB = false, class A, class PA,
+template <bool NeedsAmax, class Out, class Gemm, bool TransposeA = false, bool TransposeB = false, class A, class PA,
           class B, class PB, class Buffer>
-[[nodiscard]] auto matmul_with(const ScaledArray<A, PA>& a, const ScaledArray<B, PB>& b, Buffer&& buffer)
+[[nodiscard]] auto matmul_with(const ScaledArray<A, PA>& a, const ScaledArray<B, PB>& b, scale_rule rule, Buffer&& buffer)
 {
     using C = std::common_type_t<compute_t<A>, compute_t<B>>;
     using R = detail::out_or_t<Out, promote_t<A, B>>;
     using P = common_policy_t<PA, PB>;
-    static_assert(ScalingStrategy<Strategy>, "the Strategy argument does not satisfy scalify::ScalingStrategy");
-    if constexpr (!Strategy::needs_amax && std::same_as<R, C>) {
+    if constexpr (!NeedsAmax && std::same_as<R, C>) {
         static_assert(std::same_as<std::remove_cvref_t<Buffer>, xt::xarray<R>> ||
                           std::same_as<std::remove_cvref_t<Buffer>, no_buffer>,
                       "matmul's buffer must be an xt::xarray of the result's element type");
@@ -272,15 +286,15 @@ template <class Strategy, class Out, class Gemm, bool TransposeA = false, bool T
     const scale_request request = matmul_request(a, b, k);
 
     if constexpr (std::is_void_v<Gemm>) {
-        return eigen_matmul<Strategy, R, C, P, TransposeA, TransposeB>(
-            decoded<C>(a.data(), operand_panel<C, 0>()), decoded<C>(b.data(), operand_panel<C, 1>()), m, k, n, request,
+        return eigen_matmul<NeedsAmax, R, C, P, TransposeA, TransposeB>(
+            decoded<C>(a.data(), operand_panel<C, 0>()), decoded<C>(b.data(), operand_panel<C, 1>()), m, k, n, request, rule,
             caller_buffer<R>(buffer));
     } else {
         // The GPU's accumulation of the data (codes times codes), then the scales as on Eigen's path.
         static_assert(std::same_as<C, float>, "tensor-core models take 8- and 16-bit operands, computed in float");
         const std::vector<std::size_t> shape{m, n};
-        if constexpr (!Strategy::needs_amax && std::same_as<R, C>) {
-            const float scale = static_matmul_scale<Strategy, P>(request);
+        if constexpr (!NeedsAmax && std::same_as<R, C>) {
+            const float scale = static_matmul_scale<P>(request, rule);
             xt::xarray<R> data = result_buffer<R>(std::forward<Buffer>(buffer), shape);
             R* out = data.data();
             if (scale == 0.0f || request.natural == 0.0f) {
@@ -296,7 +310,7 @@ template <class Strategy, class Out, class Gemm, bool TransposeA = false, bool T
             std::vector<float>& product = model_product_buffer();
             if (product.size() < m * n) product.resize(m * n);
             gemm_row_major<Gemm, TransposeA, TransposeB>(a.data(), b.data(), m, k, n, product.data());
-            return finish_matmul<Strategy, R, C, P>(shape, request, product.data());
+            return finish_matmul<NeedsAmax, R, C, P>(shape, request, rule, product.data());
         }
     }
 }
@@ -323,12 +337,13 @@ decltype(auto) with_current_gemm(F&& f)
 }
 
 /// matmul_with under the thread's tensor_core::current_accumulation().
-template <class Strategy, class Out, bool TransposeA = false, bool TransposeB = false, class A, class PA, class B,
+template <bool NeedsAmax, class Out, bool TransposeA = false, bool TransposeB = false, class A, class PA, class B,
           class PB, class Buffer = no_buffer>
-[[nodiscard]] auto matmul_scoped(const ScaledArray<A, PA>& a, const ScaledArray<B, PB>& b, Buffer&& buffer = {})
+[[nodiscard]] auto matmul_scoped(const ScaledArray<A, PA>& a, const ScaledArray<B, PB>& b, scale_rule rule,
+                                 Buffer&& buffer = {})
 {
     return with_current_gemm<A, B>([&]<class Gemm>() {
-        return matmul_with<Strategy, Out, Gemm, TransposeA, TransposeB>(a, b, std::forward<Buffer>(buffer));
+        return matmul_with<NeedsAmax, Out, Gemm, TransposeA, TransposeB>(a, b, rule, std::forward<Buffer>(buffer));
     });
 }
 
@@ -409,10 +424,10 @@ template <class T, class P>
 
 /// The raw data-domain products of every batch on Eigen's path (operands already in C), the
 /// batches across threads, then the scales once over the whole result (finish). One function per
-/// (Strategy, R, C, P), whatever the operand types.
-template <class Strategy, class R, class C, ScalePolicy P>
+/// (NeedsAmax, R, C, P), whatever the operand types and strategy.
+template <bool NeedsAmax, class R, class C, ScalePolicy P>
 [[nodiscard]] ScaledArray<R, P> eigen_batched_matmul(const C* a, const C* b, const batched_shapes& s,
-                                                     const scale_request& request)
+                                                     const scale_request& request, scale_rule rule)
 {
     const std::size_t batches = s.batch_count(), m = s.m, k = s.k, n = s.n;
     std::vector<C> raw(batches * m * n);  // zeros: a k == 0 product stays so
@@ -425,7 +440,7 @@ template <class Strategy, class R, class C, ScalePolicy P>
                                                    C(1));
         }
     });
-    return finish_matmul<Strategy, R, C, P>(s.out, request, raw.data());
+    return finish_matmul<NeedsAmax, R, C, P>(s.out, request, rule, raw.data());
 }
 
 /// matmul over leading batch dimensions (numpy's matmul), the product of each batch accumulated
@@ -433,8 +448,8 @@ template <class Strategy, class R, class C, ScalePolicy P>
 /// result has one scale and the same rule as a 2-D product of the same K. With a 2-D (or 1-D)
 /// second operand every batch multiplies the same matrix: the batches' rows form one 2-D product
 /// (a linear layer over a batch of sequences is one GEMM).
-template <class Strategy, class Out, class Gemm, class A, class PA, class B, class PB>
-[[nodiscard]] auto batched_matmul_with(const ScaledArray<A, PA>& a, const ScaledArray<B, PB>& b)
+template <bool NeedsAmax, class Out, class Gemm, class A, class PA, class B, class PB>
+[[nodiscard]] auto batched_matmul_with(const ScaledArray<A, PA>& a, const ScaledArray<B, PB>& b, scale_rule rule)
 {
     using C = std::common_type_t<compute_t<A>, compute_t<B>>;
     using R = detail::out_or_t<Out, promote_t<A, B>>;
@@ -445,12 +460,12 @@ template <class Strategy, class Out, class Gemm, class A, class PA, class B, cla
         std::optional<ScaledArray<B, PB>> column;  // a 1-D b as a (K, 1) matrix
         if (s.b_vector) column = with_shape(b, {k, 1});
         const auto rows = with_shape(a, {batches * m, k});
-        return with_shape(matmul_with<Strategy, Out, Gemm>(rows, column ? *column : b, no_buffer{}), s.out);
+        return with_shape(matmul_with<NeedsAmax, Out, Gemm>(rows, column ? *column : b, rule, no_buffer{}), s.out);
     }
     const scale_request request = matmul_request(a, b, k);
     if constexpr (std::is_void_v<Gemm>) {
-        return eigen_batched_matmul<Strategy, R, C, P>(decoded<C>(a.data(), operand_panel<C, 0>()),
-                                                       decoded<C>(b.data(), operand_panel<C, 1>()), s, request);
+        return eigen_batched_matmul<NeedsAmax, R, C, P>(decoded<C>(a.data(), operand_panel<C, 0>()),
+                                                        decoded<C>(b.data(), operand_panel<C, 1>()), s, request, rule);
     } else {
         // Each batch's raw product (scale-1 operands, natural scaling: the data product itself),
         // the batches across threads; the scales apply once, in finish.
@@ -460,11 +475,12 @@ template <class Strategy, class Out, class Gemm, class A, class PA, class B, cla
             xt::xarray<B> bt = xt::xarray<B>::from_shape({k, n});
             std::copy_n(a.data().data() + s.operand_batch(s.a_batch, t) * m * k, m * k, at.data());
             std::copy_n(b.data().data() + s.operand_batch(s.b_batch, t) * k * n, k * n, bt.data());
-            const auto product = matmul_with<natural_scaling, C, Gemm>(ScaledArray<A, PA>(std::move(at), 1.0f),
-                                                                       ScaledArray<B, PB>(std::move(bt), 1.0f), no_buffer{});
+            const auto product =
+                matmul_with<false, C, Gemm>(ScaledArray<A, PA>(std::move(at), 1.0f), ScaledArray<B, PB>(std::move(bt), 1.0f),
+                                            matmul_rule<natural_scaling, common_policy_t<PA, PB>>(), no_buffer{});
             std::copy_n(product.data().data(), m * n, raw.data() + t * m * n);
         });
-        return finish_matmul<Strategy, R, C, P>(s.out, request, raw.data());
+        return finish_matmul<NeedsAmax, R, C, P>(s.out, request, rule, raw.data());
     }
 }
 
@@ -472,12 +488,12 @@ template <class Strategy, class Out, class Gemm, class A, class PA, class B, cla
 template <class Strategy = default_scaling, class Out = void, class A, class PA, class B, class PB>
 [[nodiscard]] auto matmul_transposed_b(const ScaledArray<A, PA>& a, const ScaledArray<B, PB>& b)
 {
-    return matmul_scoped<Strategy, Out, false, true>(a, b);
+    return matmul_scoped<needs_amax_v<Strategy>, Out, false, true>(a, b, matmul_rule<Strategy, common_policy_t<PA, PB>>());
 }
 template <class Strategy = default_scaling, class Out = void, class A, class PA, class B, class PB>
 [[nodiscard]] auto matmul_transposed_a(const ScaledArray<A, PA>& a, const ScaledArray<B, PB>& b)
 {
-    return matmul_scoped<Strategy, Out, true, false>(a, b);
+    return matmul_scoped<needs_amax_v<Strategy>, Out, true, false>(a, b, matmul_rule<Strategy, common_policy_t<PA, PB>>());
 }
 
 }  // namespace detail
@@ -496,8 +512,13 @@ template <class Strategy = default_scaling, class Out = void, class A, class PA,
     requires(!tensor_core::AccumulationModel<std::remove_cvref_t<Buffer>>)
 [[nodiscard]] auto matmul(const ScaledArray<A, PA>& a, const ScaledArray<B, PB>& b, Buffer&& buffer = {})
 {
-    if (a.dimension() == 2 && b.dimension() == 2) return detail::matmul_scoped<Strategy, Out>(a, b, std::forward<Buffer>(buffer));
-    return detail::with_current_gemm<A, B>([&]<class Gemm>() { return detail::batched_matmul_with<Strategy, Out, Gemm>(a, b); });
+    constexpr bool needs_amax = detail::needs_amax_v<Strategy>;
+    const auto rule = detail::matmul_rule<Strategy, common_policy_t<PA, PB>>();
+    if (a.dimension() == 2 && b.dimension() == 2) {
+        return detail::matmul_scoped<needs_amax, Out>(a, b, rule, std::forward<Buffer>(buffer));
+    }
+    return detail::with_current_gemm<A, B>(
+        [&]<class Gemm>() { return detail::batched_matmul_with<needs_amax, Out, Gemm>(a, b, rule); });
 }
 
 /// matmul accumulating as Model says for this call, whatever the thread's scope:
@@ -509,8 +530,12 @@ template <class Strategy = default_scaling, class Out = void, tensor_core::Accum
 [[nodiscard]] auto matmul(const ScaledArray<A, PA>& a, const ScaledArray<B, PB>& b, Model, Buffer&& buffer = {})
 {
     using Gemm = tensor_core::operand_gemm_t<Model, A, B>;
-    if (a.dimension() == 2 && b.dimension() == 2) return detail::matmul_with<Strategy, Out, Gemm>(a, b, std::forward<Buffer>(buffer));
-    return detail::batched_matmul_with<Strategy, Out, Gemm>(a, b);
+    constexpr bool needs_amax = detail::needs_amax_v<Strategy>;
+    const auto rule = detail::matmul_rule<Strategy, common_policy_t<PA, PB>>();
+    if (a.dimension() == 2 && b.dimension() == 2) {
+        return detail::matmul_with<needs_amax, Out, Gemm>(a, b, rule, std::forward<Buffer>(buffer));
+    }
+    return detail::batched_matmul_with<needs_amax, Out, Gemm>(a, b, rule);
 }
 
 }  // namespace scalify

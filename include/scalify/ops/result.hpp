@@ -97,12 +97,23 @@ template <class Out, class C, class Source, class Factor>
     }
 }
 
-/// Strategy's scale for Op; raw_at(i) gives element i of the raw result in compute type C
-/// (value = raw * request.natural). Evaluates raw_at once per element.
-template <class Op, class Strategy, ScalePolicy Policy, ScaledElement Out, class C, class Shape, class RawAt>
-[[nodiscard]] ScaledArray<Out, Policy> finish(const char* op, const Shape& shape, scale_request request, RawAt&& raw_at)
+/// A strategy's scale rule for one (op, policy) as data: scaling_traits<Op, Strategy>::output_scale<Policy>.
+/// Functions that take it at run time are compiled once for every strategy with the same
+/// needs_amax, not once per strategy.
+using scale_rule = float (*)(const scale_request&);
+
+template <class Op, class Strategy, ScalePolicy Policy>
+[[nodiscard]] constexpr scale_rule scale_rule_of() noexcept
 {
-    static_assert(ScalingStrategy<Strategy>, "the Strategy argument does not satisfy scalify::ScalingStrategy");
+    return &scaling_traits<Op, Strategy>::template output_scale<Policy>;
+}
+
+/// `rule`'s scale (NeedsAmax: the rule reads request.raw_amax); raw_at(i) gives element i of the
+/// raw result in compute type C (value = raw * request.natural). Evaluates raw_at once per element.
+template <bool NeedsAmax, ScalePolicy Policy, ScaledElement Out, class C, class Shape, class RawAt>
+[[nodiscard]] ScaledArray<Out, Policy> finish_by_rule(const char* op, const Shape& shape, scale_request request,
+                                                      scale_rule rule, RawAt&& raw_at)
+{
     const std::size_t n = element_count(shape);
     xt::xarray<Out> data = xt::xarray<Out>::from_shape(shape);
     Out* out = data.data();
@@ -120,7 +131,7 @@ template <class Op, class Strategy, ScalePolicy Policy, ScaledElement Out, class
         });
     };
 
-    if constexpr (Strategy::needs_amax) {
+    if constexpr (NeedsAmax) {
         std::vector<C> raw(n);
         std::vector<C> range_amax(parallel_range_count(n), C(0));
         parallel_ranges(n, [&](std::size_t range, std::size_t begin, std::size_t end) {
@@ -135,16 +146,23 @@ template <class Op, class Strategy, ScalePolicy Policy, ScaledElement Out, class
         C amax = C(0);
         for (const C m : range_amax) amax = m > amax ? m : amax;
         request.raw_amax = static_cast<float>(amax);
-        const float scale =
-            checked_output_scale<Policy>(scaling_traits<Op, Strategy>::template output_scale<Policy>(request), op, request);
+        const float scale = checked_output_scale<Policy>(rule(request), op, request);
         write(scale, [&](std::size_t i) { return raw[i]; });
         return ScaledArray<Out, Policy>(std::move(data), request.natural == 0.0f ? 0.0f : scale);
     } else {
-        const float scale =
-            checked_output_scale<Policy>(scaling_traits<Op, Strategy>::template output_scale<Policy>(request), op, request);
+        const float scale = checked_output_scale<Policy>(rule(request), op, request);
         write(scale, raw_at);
         return ScaledArray<Out, Policy>(std::move(data), request.natural == 0.0f ? 0.0f : scale);
     }
+}
+
+/// Strategy's scale for Op (finish_by_rule with scaling_traits<Op, Strategy>'s rule).
+template <class Op, class Strategy, ScalePolicy Policy, ScaledElement Out, class C, class Shape, class RawAt>
+[[nodiscard]] ScaledArray<Out, Policy> finish(const char* op, const Shape& shape, scale_request request, RawAt&& raw_at)
+{
+    static_assert(ScalingStrategy<Strategy>, "the Strategy argument does not satisfy scalify::ScalingStrategy");
+    return finish_by_rule<Strategy::needs_amax, Policy, Out, C>(op, shape, request, scale_rule_of<Op, Strategy, Policy>(),
+                                                                std::forward<RawAt>(raw_at));
 }
 
 /// Numpy broadcasting of two shapes, or shape_error naming both.
