@@ -34,10 +34,31 @@ template <class C>
     return (x != x || x < y) ? x : y;
 }
 
-/// Binary op whose raw result is f(x * ka, y * kb) with natural scale `natural`.
-template <class Op, class Strategy, class Out, class A, class PA, class B, class PB, class F>
-[[nodiscard]] auto binary(const char* op, const ScaledArray<A, PA>& a, const ScaledArray<B, PB>& b, double ka,
-                          double kb, scale_request request, F f)
+/// The element functions of the binary ops, as types of their own: an op's body is compiled once
+/// for its operand types whatever the strategy (a lambda written inside a strategy's op would be a
+/// new type, and a new body, for every strategy).
+struct plus_fn {
+    template <class C>
+    constexpr C operator()(C x, C y) const noexcept { return x + y; }
+};
+struct minus_fn {
+    template <class C>
+    constexpr C operator()(C x, C y) const noexcept { return x - y; }
+};
+struct nan_max_fn {
+    template <class C>
+    constexpr C operator()(C x, C y) const noexcept { return nan_max(x, y); }
+};
+struct nan_min_fn {
+    template <class C>
+    constexpr C operator()(C x, C y) const noexcept { return nan_min(x, y); }
+};
+
+/// Binary op whose raw result is f(x * ka, y * kb) with natural scale `natural`, its scale from
+/// `rule` (strategy-free: see finish_by_rule).
+template <bool NeedsAmax, class Out, class A, class PA, class B, class PB, class F>
+[[nodiscard]] auto binary_by_rule(const char* op, const ScaledArray<A, PA>& a, const ScaledArray<B, PB>& b, double ka,
+                                  double kb, scale_request request, scale_rule rule, F f)
 {
     using C = std::common_type_t<compute_t<A>, compute_t<B>>;
     using R = out_or_t<Out, promote_t<A, B>>;
@@ -57,30 +78,46 @@ template <class Op, class Strategy, class Out, class A, class PA, class B, class
     if (ca.low == C(1) && cb.low == C(1)) {
         // The usual case, one multiplication per operand: a loop of its own so it stays lean.
         const C ka_single = ca.high, kb_single = cb.high;
-        return finish<Op, Strategy, P, R, C>(op, shape, request, [=](std::size_t i) {
+        return finish_by_rule<NeedsAmax, P, R, C>(op, shape, request, rule, [=](std::size_t i) {
             return f(ka_single == C(0) ? C(0) : load(pa[i]) * ka_single, kb_single == C(0) ? C(0) : load(pb[i]) * kb_single);
         });
     }
-    return finish<Op, Strategy, P, R, C>(op, shape, request, [=](std::size_t i) {
+    return finish_by_rule<NeedsAmax, P, R, C>(op, shape, request, rule, [=](std::size_t i) {
         return f(scaled_load(pa[i], ca), scaled_load(pb[i], cb));
     });
 }
 
-/// add/sub/maximum/minimum/where: both operands brought to m = max(sa, sb).
+/// binary_by_rule under Strategy's rule for Op.
 template <class Op, class Strategy, class Out, class A, class PA, class B, class PB, class F>
-[[nodiscard]] auto common_scale_binary(const char* op, const ScaledArray<A, PA>& a, const ScaledArray<B, PB>& b, F f)
+[[nodiscard]] auto binary(const char* op, const ScaledArray<A, PA>& a, const ScaledArray<B, PB>& b, double ka,
+                          double kb, scale_request request, F f)
+{
+    return binary_by_rule<needs_amax_v<Strategy>, Out>(op, a, b, ka, kb, request,
+                                                       rule_for<Op, Strategy, common_policy_t<PA, PB>>(), f);
+}
+
+/// add/sub/maximum/minimum: both operands brought to m = max(sa, sb).
+template <bool NeedsAmax, class Out, class A, class PA, class B, class PB, class F>
+[[nodiscard]] auto common_scale_binary_by_rule(const char* op, const ScaledArray<A, PA>& a, const ScaledArray<B, PB>& b,
+                                               scale_rule rule, F f)
 {
     const float m = std::max(a.scale(), b.scale());
     scale_request request;
     request.natural = m;
     const double ka = m == 0.0f ? 0.0 : double(a.scale()) / m;
     const double kb = m == 0.0f ? 0.0 : double(b.scale()) / m;
-    return binary<Op, Strategy, Out>(op, a, b, ka, kb, request, f);
+    return binary_by_rule<NeedsAmax, Out>(op, a, b, ka, kb, request, rule, f);
+}
+template <class Op, class Strategy, class Out, class A, class PA, class B, class PB, class F>
+[[nodiscard]] auto common_scale_binary(const char* op, const ScaledArray<A, PA>& a, const ScaledArray<B, PB>& b, F f)
+{
+    return common_scale_binary_by_rule<needs_amax_v<Strategy>, Out>(op, a, b,
+                                                                    rule_for<Op, Strategy, common_policy_t<PA, PB>>(), f);
 }
 
-/// Unary op with raw = f(data) and the given natural scale.
-template <class Op, class Strategy, class Out, class T, class P, class F>
-[[nodiscard]] auto unary(const char* op, const ScaledArray<T, P>& a, float natural, F f)
+/// Unary op with raw = f(data) and the given natural scale, its scale from `rule`.
+template <bool NeedsAmax, class Out, class T, class P, class F>
+[[nodiscard]] auto unary_by_rule(const char* op, const ScaledArray<T, P>& a, float natural, scale_rule rule, F f)
 {
     using C = compute_t<T>;
     using R = out_or_t<Out, T>;
@@ -88,7 +125,7 @@ template <class Op, class Strategy, class Out, class T, class P, class F>
     scale_request request;
     request.natural = natural;
     request.input_scales[0] = a.scale();
-    return finish<Op, Strategy, P, R, C>(op, a.shape(), request, [=](std::size_t i) { return f(load(pa[i])); });
+    return finish_by_rule<NeedsAmax, P, R, C>(op, a.shape(), request, rule, [=](std::size_t i) { return f(load(pa[i])); });
 }
 
 }  // namespace detail
@@ -99,14 +136,14 @@ template <class Op, class Strategy, class Out, class T, class P, class F>
 template <class Strategy = default_scaling, class Out = void, class A, class PA, class B, class PB>
 [[nodiscard]] auto add(const ScaledArray<A, PA>& a, const ScaledArray<B, PB>& b)
 {
-    return detail::common_scale_binary<ops::add, Strategy, Out>("add", a, b, [](auto x, auto y) { return x + y; });
+    return detail::common_scale_binary<ops::add, Strategy, Out>("add", a, b, detail::plus_fn{});
 }
 
 /// a - b. As add.
 template <class Strategy = default_scaling, class Out = void, class A, class PA, class B, class PB>
 [[nodiscard]] auto sub(const ScaledArray<A, PA>& a, const ScaledArray<B, PB>& b)
 {
-    return detail::common_scale_binary<ops::sub, Strategy, Out>("sub", a, b, [](auto x, auto y) { return x - y; });
+    return detail::common_scale_binary<ops::sub, Strategy, Out>("sub", a, b, detail::minus_fn{});
 }
 
 /// Element-wise maximum (NaN propagates). Natural scale max(sa, sb); a zero-scale operand is
@@ -114,42 +151,51 @@ template <class Strategy = default_scaling, class Out = void, class A, class PA,
 template <class Strategy = default_scaling, class Out = void, class A, class PA, class B, class PB>
 [[nodiscard]] auto maximum(const ScaledArray<A, PA>& a, const ScaledArray<B, PB>& b)
 {
-    return detail::common_scale_binary<ops::maximum, Strategy, Out>("maximum", a, b,
-                                                                    [](auto x, auto y) { return detail::nan_max(x, y); });
+    return detail::common_scale_binary<ops::maximum, Strategy, Out>("maximum", a, b, detail::nan_max_fn{});
 }
 
 /// Element-wise minimum (NaN propagates). As maximum.
 template <class Strategy = default_scaling, class Out = void, class A, class PA, class B, class PB>
 [[nodiscard]] auto minimum(const ScaledArray<A, PA>& a, const ScaledArray<B, PB>& b)
 {
-    return detail::common_scale_binary<ops::minimum, Strategy, Out>("minimum", a, b,
-                                                                    [](auto x, auto y) { return detail::nan_min(x, y); });
+    return detail::common_scale_binary<ops::minimum, Strategy, Out>("minimum", a, b, detail::nan_min_fn{});
 }
 
 namespace detail {
 
-/// a * b under the rule of Op (ops::mul, or a gradient that is a product).
-template <class Op, class Strategy, class Out, class A, class PA, class B, class PB>
-[[nodiscard]] auto multiply(const char* op, const ScaledArray<A, PA>& a, const ScaledArray<B, PB>& b)
+/// a * b under `rule` (ops::mul's, or that of a gradient that is a product).
+template <bool NeedsAmax, class Out, class A, class PA, class B, class PB>
+[[nodiscard]] auto multiply_by_rule(const char* op, const ScaledArray<A, PA>& a, const ScaledArray<B, PB>& b, scale_rule rule)
 {
     scale_request request;
     request.natural = static_cast<float>(double(a.scale()) * b.scale());
     const float ka = a.scale() == 0.0f ? 0.0f : 1.0f, kb = b.scale() == 0.0f ? 0.0f : 1.0f;
-    return binary<Op, Strategy, Out>(op, a, b, ka, kb, request, [](auto x, auto y) { return x * y; });
+    return binary_by_rule<NeedsAmax, Out>(op, a, b, ka, kb, request, rule, [](auto x, auto y) { return x * y; });
+}
+template <class Op, class Strategy, class Out, class A, class PA, class B, class PB>
+[[nodiscard]] auto multiply(const char* op, const ScaledArray<A, PA>& a, const ScaledArray<B, PB>& b)
+{
+    return multiply_by_rule<needs_amax_v<Strategy>, Out>(op, a, b, rule_for<Op, Strategy, common_policy_t<PA, PB>>());
 }
 
-/// a / b under the rule of Op (ops::div, or a gradient that is a quotient).
-template <class Op, class Strategy, class Out, class A, class PA, class B, class PB>
-[[nodiscard]] auto divide(const char* op, const ScaledArray<A, PA>& a, const ScaledArray<B, PB>& b)
+/// a / b under `rule` (ops::div's, or that of a gradient that is a quotient).
+template <bool NeedsAmax, class Out, class A, class PA, class B, class PB>
+[[nodiscard]] auto divide_by_rule(const char* op, const ScaledArray<A, PA>& a, const ScaledArray<B, PB>& b, scale_rule rule)
 {
     scale_request request;
+    const auto quotient = [](auto x, auto y) { return x / y; };
     if (b.scale() == 0.0f) {
         request.natural = 1.0f;
-        return binary<Op, Strategy, Out>(op, a, b, a.scale(), 0.0f, request, [](auto x, auto y) { return x / y; });
+        return binary_by_rule<NeedsAmax, Out>(op, a, b, a.scale(), 0.0f, request, rule, quotient);
     }
     request.natural = static_cast<float>(double(a.scale()) / b.scale());
     const float ka = a.scale() == 0.0f ? 0.0f : 1.0f;
-    return binary<Op, Strategy, Out>(op, a, b, ka, 1.0f, request, [](auto x, auto y) { return x / y; });
+    return binary_by_rule<NeedsAmax, Out>(op, a, b, ka, 1.0f, request, rule, quotient);
+}
+template <class Op, class Strategy, class Out, class A, class PA, class B, class PB>
+[[nodiscard]] auto divide(const char* op, const ScaledArray<A, PA>& a, const ScaledArray<B, PB>& b)
+{
+    return divide_by_rule<needs_amax_v<Strategy>, Out>(op, a, b, rule_for<Op, Strategy, common_policy_t<PA, PB>>());
 }
 
 }  // namespace detail
@@ -193,8 +239,21 @@ template <class Strategy = default_scaling, class Out = void, AnyScaledArray SA,
     return detail::where<Strategy, Out>(std::as_const(cond), a, b);
 }
 
+namespace detail {
+template <bool NeedsAmax, class Out, class A, class PA, class B, class PB>
+[[nodiscard]] auto where_by_rule(const xt::xarray<bool>& cond, const ScaledArray<A, PA>& a, const ScaledArray<B, PB>& b,
+                                 scale_rule rule);
+}  // namespace detail
+
 template <class Strategy, class Out, class A, class PA, class B, class PB>
 [[nodiscard]] auto detail::where(const xt::xarray<bool>& cond, const ScaledArray<A, PA>& a, const ScaledArray<B, PB>& b)
+{
+    return where_by_rule<needs_amax_v<Strategy>, Out>(cond, a, b, rule_for<ops::where, Strategy, common_policy_t<PA, PB>>());
+}
+
+template <bool NeedsAmax, class Out, class A, class PA, class B, class PB>
+[[nodiscard]] auto detail::where_by_rule(const xt::xarray<bool>& cond, const ScaledArray<A, PA>& a,
+                                         const ScaledArray<B, PB>& b, scale_rule rule)
 {
     const auto shape = detail::broadcast_shapes("where", cond.shape(), detail::broadcast_shapes("where", a.shape(), b.shape()));
     xt::xarray<bool> cond_storage;
@@ -213,7 +272,7 @@ template <class Strategy, class Out, class A, class PA, class B, class PB>
     using R = detail::out_or_t<Out, promote_t<A, B>>;
     const auto ka = detail::make_factor<C>(m == 0.0f ? 0.0 : double(a.scale()) / m);
     const auto kb = detail::make_factor<C>(m == 0.0f ? 0.0 : double(b.scale()) / m);
-    return detail::finish<ops::where, Strategy, common_policy_t<PA, PB>, R, C>("where", shape, request, [=](std::size_t i) {
+    return detail::finish_by_rule<NeedsAmax, common_policy_t<PA, PB>, R, C>("where", shape, request, rule, [=](std::size_t i) {
         return pc[i] ? detail::scaled_load(pa[i], ka) : detail::scaled_load(pb[i], kb);
     });
 }
@@ -277,37 +336,95 @@ template <class T, class P>
 
 // ---- unary --------------------------------------------------------------------------------------
 
+namespace detail {
+
+struct negate_fn {
+    template <class C>
+    constexpr C operator()(C x) const noexcept { return -x; }
+};
+struct magnitude_fn {
+    template <class C>
+    constexpr C operator()(C x) const noexcept { return x < 0 ? -x : x; }
+};
+struct relu_fn {
+    template <class C>
+    constexpr C operator()(C x) const noexcept { return x > 0 || x != x ? x : C(0); }
+};
+struct sqrt_fn {
+    template <class C>
+    C operator()(C x) const noexcept { return std::sqrt(x); }
+};
+
+/// The unary ops that compute on the value (their element function needs the scale), each
+/// strategy-free under `rule` (see binary_by_rule).
+template <bool NeedsAmax, class T, class P>
+[[nodiscard]] ScaledArray<T, P> gelu_by_rule(const ScaledArray<T, P>& a, scale_rule rule)
+{
+    using C = compute_t<T>;
+    const C s = static_cast<C>(a.scale());
+    return unary_by_rule<NeedsAmax, T>("gelu", a, a.scale(), rule, [s](C x) {
+        const C v = x * s;
+        return C(0.5) * x * (C(1) + std::erf(v * C(0.70710678118654752440)));
+    });
+}
+template <bool NeedsAmax, class T, class P>
+[[nodiscard]] ScaledArray<T, P> tanh_by_rule(const ScaledArray<T, P>& a, scale_rule rule)
+{
+    using C = compute_t<T>;
+    const C s = static_cast<C>(a.scale());
+    const float natural = std::min(a.scale(), 1.0f);
+    const C inverse_natural = natural == 0.0f ? C(0) : static_cast<C>(1.0 / double(natural));
+    return unary_by_rule<NeedsAmax, T>("tanh", a, natural, rule, [=](C x) { return std::tanh(x * s) * inverse_natural; });
+}
+template <bool NeedsAmax, class T, class P>
+[[nodiscard]] ScaledArray<T, P> exp_by_rule(const ScaledArray<T, P>& a, scale_rule rule)
+{
+    using C = compute_t<T>;
+    const C s = static_cast<C>(a.scale());
+    return unary_by_rule<NeedsAmax, T>("exp", a, 1.0f, rule, [s](C x) { return s == C(0) ? C(1) : std::exp(x * s); });
+}
+template <bool NeedsAmax, class T, class P>
+[[nodiscard]] ScaledArray<T, P> log_by_rule(const ScaledArray<T, P>& a, scale_rule rule)
+{
+    using C = compute_t<T>;
+    const C log_scale = a.scale() == 0.0f ? C(0) : static_cast<C>(std::log(double(a.scale())));
+    const bool zero = a.scale() == 0.0f;
+    return unary_by_rule<NeedsAmax, T>("log", a, 1.0f, rule, [=](C x) {
+        return zero ? -std::numeric_limits<C>::infinity() : std::log(x) + log_scale;
+    });
+}
+
+}  // namespace detail
+
 /// -a: data negated, scale kept.
 template <class Strategy = default_scaling, class T, class P>
 [[nodiscard]] ScaledArray<T, P> neg(const ScaledArray<T, P>& a)
 {
-    return detail::unary<ops::neg, Strategy, T>("neg", a, a.scale(), [](auto x) { return -x; });
+    return detail::unary_by_rule<detail::needs_amax_v<Strategy>, T>("neg", a, a.scale(),
+                                                                   detail::rule_for<ops::neg, Strategy, P>(), detail::negate_fn{});
 }
 
 /// |a|: scale kept.
 template <class Strategy = default_scaling, class T, class P>
 [[nodiscard]] ScaledArray<T, P> abs(const ScaledArray<T, P>& a)
 {
-    return detail::unary<ops::abs, Strategy, T>("abs", a, a.scale(), [](auto x) { return x < 0 ? -x : x; });
+    return detail::unary_by_rule<detail::needs_amax_v<Strategy>, T>("abs", a, a.scale(),
+                                                                   detail::rule_for<ops::abs, Strategy, P>(), detail::magnitude_fn{});
 }
 
 /// max(a, 0) (NaN propagates): scale kept, since relu never grows a magnitude.
 template <class Strategy = default_scaling, class T, class P>
 [[nodiscard]] ScaledArray<T, P> relu(const ScaledArray<T, P>& a)
 {
-    return detail::unary<ops::relu, Strategy, T>("relu", a, a.scale(), [](auto x) { return x > 0 || x != x ? x : decltype(x)(0); });
+    return detail::unary_by_rule<detail::needs_amax_v<Strategy>, T>("relu", a, a.scale(),
+                                                                   detail::rule_for<ops::relu, Strategy, P>(), detail::relu_fn{});
 }
 
 /// x * Phi(x), the exact (erf) form, computed on the value: scale kept, since |gelu(x)| <= |x|.
 template <class Strategy = default_scaling, class T, class P>
 [[nodiscard]] ScaledArray<T, P> gelu(const ScaledArray<T, P>& a)
 {
-    using C = compute_t<T>;
-    const C s = static_cast<C>(a.scale());
-    return detail::unary<ops::gelu, Strategy, T>("gelu", a, a.scale(), [s](C x) {
-        const C v = x * s;
-        return C(0.5) * x * (C(1) + std::erf(v * C(0.70710678118654752440)));
-    });
+    return detail::gelu_by_rule<detail::needs_amax_v<Strategy>>(a, detail::rule_for<ops::gelu, Strategy, P>());
 }
 
 /// tanh(a), computed on the value: natural scale min(sa, 1), since |tanh(x)| <= min(|x|, 1), so
@@ -315,12 +432,7 @@ template <class Strategy = default_scaling, class T, class P>
 template <class Strategy = default_scaling, class T, class P>
 [[nodiscard]] ScaledArray<T, P> tanh(const ScaledArray<T, P>& a)
 {
-    using C = compute_t<T>;
-    const C s = static_cast<C>(a.scale());
-    const float natural = std::min(a.scale(), 1.0f);
-    const C inverse_natural = natural == 0.0f ? C(0) : static_cast<C>(1.0 / double(natural));
-    return detail::unary<ops::tanh, Strategy, T>("tanh", a, natural,
-                                                 [=](C x) { return std::tanh(x * s) * inverse_natural; });
+    return detail::tanh_by_rule<detail::needs_amax_v<Strategy>>(a, detail::rule_for<ops::tanh, Strategy, P>());
 }
 
 /// e^a, computed on the value in float; natural scale 1, since exp's output range does not
@@ -328,9 +440,7 @@ template <class Strategy = default_scaling, class T, class P>
 template <class Strategy = default_scaling, class T, class P>
 [[nodiscard]] ScaledArray<T, P> exp(const ScaledArray<T, P>& a)
 {
-    using C = compute_t<T>;
-    const C s = static_cast<C>(a.scale());
-    return detail::unary<ops::exp, Strategy, T>("exp", a, 1.0f, [s](C x) { return s == C(0) ? C(1) : std::exp(x * s); });
+    return detail::exp_by_rule<detail::needs_amax_v<Strategy>>(a, detail::rule_for<ops::exp, Strategy, P>());
 }
 
 /// log(a) = log(data) + log(scale): the scale enters additively, so the result has natural
@@ -338,12 +448,7 @@ template <class Strategy = default_scaling, class T, class P>
 template <class Strategy = default_scaling, class T, class P>
 [[nodiscard]] ScaledArray<T, P> log(const ScaledArray<T, P>& a)
 {
-    using C = compute_t<T>;
-    const C log_scale = a.scale() == 0.0f ? C(0) : static_cast<C>(std::log(double(a.scale())));
-    const bool zero = a.scale() == 0.0f;
-    return detail::unary<ops::log, Strategy, T>("log", a, 1.0f, [=](C x) {
-        return zero ? -std::numeric_limits<C>::infinity() : std::log(x) + log_scale;
-    });
+    return detail::log_by_rule<detail::needs_amax_v<Strategy>>(a, detail::rule_for<ops::log, Strategy, P>());
 }
 
 /// sqrt(a) = sqrt(data) * sqrt(scale). Under pow2_scale sqrt(scale) is exact for an even
@@ -352,7 +457,8 @@ template <class Strategy = default_scaling, class T, class P>
 [[nodiscard]] ScaledArray<T, P> sqrt(const ScaledArray<T, P>& a)
 {
     const auto natural = static_cast<float>(std::sqrt(double(a.scale())));
-    return detail::unary<ops::sqrt, Strategy, T>("sqrt", a, natural, [](auto x) { return std::sqrt(x); });
+    return detail::unary_by_rule<detail::needs_amax_v<Strategy>, T>("sqrt", a, natural,
+                                                                   detail::rule_for<ops::sqrt, Strategy, P>(), detail::sqrt_fn{});
 }
 
 // ---- scale only ---------------------------------------------------------------------------------

@@ -205,15 +205,8 @@ template <ScalePolicy P>
 template <class Strategy, ScalePolicy P>
 [[nodiscard]] constexpr scale_rule matmul_rule() noexcept
 {
-    static_assert(ScalingStrategy<Strategy>, "the Strategy argument does not satisfy scalify::ScalingStrategy");
-    if constexpr (ScalingStrategy<Strategy>) return scale_rule_of<ops::matmul, Strategy, P>();
-    else return nullptr;
+    return rule_for<ops::matmul, Strategy, P>();
 }
-template <class Strategy>
-inline constexpr bool needs_amax_v = [] {
-    if constexpr (ScalingStrategy<Strategy>) return bool(Strategy::needs_amax);
-    else return false;
-}();
 
 /// The result (R, policy P) of a raw data-domain product in compute type C: the strategy's scale,
 /// then one store loop (finish).

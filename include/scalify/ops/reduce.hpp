@@ -115,11 +115,27 @@ template <class T>
     return axes;
 }
 
-/// combine over `axes`, stored under Op's rule with natural scale s * per_count(N), N the
-/// elements per output (1 for a sum, 1/N for a mean).
-template <class Op, class Strategy, class Out, class T, class P, class C, class Combine, class PerCount>
-[[nodiscard]] auto reduce(const char* op, const ScaledArray<T, P>& a, std::vector<std::size_t> axes, C init, Combine combine,
-                          PerCount per_count)
+/// The accumulations of the reductions, as types of their own (see elementwise.hpp's plus_fn).
+struct sum_fn {
+    template <class C>
+    constexpr C operator()(C acc, C x) const noexcept { return acc + x; }
+};
+struct nan_max_accumulate_fn {
+    template <class C>
+    constexpr C operator()(C acc, C x) const noexcept { return (acc != acc || acc > x) ? acc : x; }
+};
+/// The natural scale's factor for N elements per output: 1 for a sum, 1/N for a mean.
+[[nodiscard]] inline double per_output_one(std::size_t) noexcept { return 1.0; }
+[[nodiscard]] inline double per_output_mean(std::size_t count) noexcept
+{
+    return count == 0 ? 1.0 : 1.0 / static_cast<double>(count);
+}
+
+/// combine over `axes`, stored under `rule` with natural scale s * per_count(N), N the elements
+/// per output. Strategy-free (see finish_by_rule).
+template <bool NeedsAmax, class Out, class T, class P, class C, class Combine>
+[[nodiscard]] auto reduce_by_rule(const char* op, const ScaledArray<T, P>& a, std::vector<std::size_t> axes, C init,
+                                  Combine combine, double (*per_count)(std::size_t), scale_rule rule)
 {
     const auto plan = plan_reduction(op, a.shape(), std::move(axes));
     const std::vector<C> raw = reduce_axes(a.data().data(), a.shape(), plan, init, combine);
@@ -128,13 +144,15 @@ template <class Op, class Strategy, class Out, class T, class P, class C, class 
     request.input_scales[0] = a.scale();
     request.contraction = std::max<std::size_t>(plan.count, 1);  // an empty reduction: one term (0, or NaN for a mean)
     request.single_values[0] = single_magnitude(a);
-    return finish<Op, Strategy, P, out_or_t<Out, T>, C>(op, plan.out_shape, request,
-                                                         [&raw](std::size_t i) { return raw[i]; });
+    return finish_by_rule<NeedsAmax, P, out_or_t<Out, T>, C>(op, plan.out_shape, request, rule,
+                                                              [&raw](std::size_t i) { return raw[i]; });
 }
 template <class Op, class Strategy, class Out, class T, class P, class C, class Combine>
-[[nodiscard]] auto reduce(const char* op, const ScaledArray<T, P>& a, std::vector<std::size_t> axes, C init, Combine combine)
+[[nodiscard]] auto reduce(const char* op, const ScaledArray<T, P>& a, std::vector<std::size_t> axes, C init, Combine combine,
+                          double (*per_count)(std::size_t) = per_output_one)
 {
-    return reduce<Op, Strategy, Out>(op, a, std::move(axes), init, combine, [](std::size_t) { return 1.0; });
+    return reduce_by_rule<needs_amax_v<Strategy>, Out>(op, a, std::move(axes), init, combine, per_count,
+                                                       rule_for<Op, Strategy, P>());
 }
 
 }  // namespace detail
@@ -144,8 +162,7 @@ template <class Strategy = default_scaling, class Out = void, class T, class P>
 [[nodiscard]] auto reduce_sum(const ScaledArray<T, P>& a, std::vector<std::size_t> axes)
 {
     using C = compute_t<T>;
-    return detail::reduce<ops::reduce_sum, Strategy, Out>("reduce_sum", a, std::move(axes), C(0),
-                                                          [](C acc, C x) { return acc + x; });
+    return detail::reduce<ops::reduce_sum, Strategy, Out>("reduce_sum", a, std::move(axes), C(0), detail::sum_fn{});
 }
 template <class Strategy = default_scaling, class Out = void, class T, class P>
 [[nodiscard]] auto reduce_sum(const ScaledArray<T, P>& a)
@@ -161,12 +178,11 @@ template <class Strategy = default_scaling, class Out = void, class T, class P>
 [[nodiscard]] auto reduce_mean(const ScaledArray<T, P>& a, std::vector<std::size_t> axes)
 {
     using C = compute_t<T>;
-    const auto per_count = [](std::size_t count) { return count == 0 ? 1.0 : 1.0 / static_cast<double>(count); };
     // An empty sum is 0; 0 / 0 is NaN: start the (never combined) accumulator there.
     const bool empty = detail::element_count(a.shape()) == 0;
     const C init = empty ? std::numeric_limits<C>::quiet_NaN() : C(0);
-    return detail::reduce<ops::reduce_mean, Strategy, Out>("reduce_mean", a, std::move(axes), init,
-                                                           [](C acc, C x) { return acc + x; }, per_count);
+    return detail::reduce<ops::reduce_mean, Strategy, Out>("reduce_mean", a, std::move(axes), init, detail::sum_fn{},
+                                                           detail::per_output_mean);
 }
 template <class Strategy = default_scaling, class Out = void, class T, class P>
 [[nodiscard]] auto reduce_mean(const ScaledArray<T, P>& a)
@@ -181,8 +197,7 @@ template <class Strategy = default_scaling, class Out = void, class T, class P>
 {
     using C = compute_t<T>;
     return detail::reduce<ops::reduce_max, Strategy, Out>(
-        "reduce_max", a, std::move(axes), -std::numeric_limits<C>::infinity(),
-        [](C acc, C x) { return (acc != acc || acc > x) ? acc : x; });
+        "reduce_max", a, std::move(axes), -std::numeric_limits<C>::infinity(), detail::nan_max_accumulate_fn{});
 }
 template <class Strategy = default_scaling, class Out = void, class T, class P>
 [[nodiscard]] auto reduce_max(const ScaledArray<T, P>& a)

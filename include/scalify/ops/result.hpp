@@ -108,6 +108,23 @@ template <class Op, class Strategy, ScalePolicy Policy>
     return &scaling_traits<Op, Strategy>::template output_scale<Policy>;
 }
 
+/// Strategy's rule for (Op, Policy), checked: the one static_assert a wrong Strategy argument gives
+/// (nullptr then, and nothing behind it compiles further).
+template <class Op, class Strategy, ScalePolicy Policy>
+[[nodiscard]] constexpr scale_rule rule_for() noexcept
+{
+    static_assert(ScalingStrategy<Strategy>, "the Strategy argument does not satisfy scalify::ScalingStrategy");
+    if constexpr (ScalingStrategy<Strategy>) return scale_rule_of<Op, Strategy, Policy>();
+    else return nullptr;
+}
+
+/// Strategy::needs_amax (false for a type that is not a strategy: rule_for has reported it).
+template <class Strategy>
+inline constexpr bool needs_amax_v = [] {
+    if constexpr (ScalingStrategy<Strategy>) return bool(Strategy::needs_amax);
+    else return false;
+}();
+
 /// `rule`'s scale (NeedsAmax: the rule reads request.raw_amax); raw_at(i) gives element i of the
 /// raw result in compute type C (value = raw * request.natural). Evaluates raw_at once per element.
 template <bool NeedsAmax, ScalePolicy Policy, ScaledElement Out, class C, class Shape, class RawAt>

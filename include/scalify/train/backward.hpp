@@ -69,7 +69,7 @@ template <class Strategy, class Op = ops::reduce_sum, class T, class P, class Sh
     }
     if (axes.empty()) return g;
     using C = compute_t<T>;
-    auto summed = reduce<Op, Strategy, T>("vjp", g, std::move(axes), C(0), [](C acc, C x) { return acc + x; });
+    auto summed = reduce<Op, Strategy, T>("vjp", g, std::move(axes), C(0), sum_fn{});
     return reshape(summed, std::vector<std::size_t>(shape.begin(), shape.end()));
 }
 
@@ -86,9 +86,9 @@ template <class V>
 
 /// g * f'(x) for a pointwise op, stored under Op's rule with g's type and policy (natural scale
 /// sg; the request's input scales are {sg, sx}). `derivative` maps x's value to f'(x).
-template <class Op, class Strategy, class G, class PG, class X, class PX, class Derivative>
-[[nodiscard]] ScaledArray<G, PG> pointwise_vjp(const char* op, const ScaledArray<G, PG>& g, const ScaledArray<X, PX>& x,
-                                               Derivative derivative)
+template <bool NeedsAmax, class G, class PG, class X, class PX, class Derivative>
+[[nodiscard]] ScaledArray<G, PG> pointwise_vjp_by_rule(const char* op, const ScaledArray<G, PG>& g, const ScaledArray<X, PX>& x,
+                                               scale_rule rule, Derivative derivative)
 {
     using C = std::common_type_t<compute_t<G>, compute_t<X>>;
     const auto shape = broadcast_shapes(op, g.shape(), x.shape());
@@ -102,10 +102,45 @@ template <class Op, class Strategy, class G, class PG, class X, class PX, class 
     request.input_scales[0] = g.scale();
     request.input_scales[1] = x.scale();
     request.input_count = 2;
-    return finish<Op, Strategy, PG, G, C>(op, shape, request, [=](std::size_t i) {
+    return finish_by_rule<NeedsAmax, PG, G, C>(op, shape, request, rule, [=](std::size_t i) {
         const C xv = sx == C(0) ? C(0) : load(px[i]) * sx;  // a zero-scale x is zeros
         return load(pg[i]) * derivative(xv);
     });
+}
+
+/// The derivatives of the pointwise ops, as types of their own (see elementwise.hpp's plus_fn).
+struct sign_fn {
+    template <class V>
+    V operator()(V v) const noexcept { return unit_if<V>(v > 0) - unit_if<V>(v < 0); }
+};
+struct step_fn {
+    template <class V>
+    V operator()(V v) const noexcept { return unit_if<V>(v > 0); }
+};
+struct gelu_derivative_fn {
+    template <class C>
+    C operator()(C v) const noexcept
+    {
+        const C cdf = C(0.5) * (C(1) + std::erf(v * C(0.70710678118654752440)));
+        const C pdf = std::exp(C(-0.5) * v * v) * C(0.39894228040143267794);
+        return cdf + v * pdf;
+    }
+};
+struct tanh_derivative_fn {
+    template <class V>
+    V operator()(V v) const noexcept
+    {
+        const auto t = std::tanh(v);
+        return V(1) - t * t;
+    }
+};
+
+/// g * f'(x) under Strategy's rule for Op.
+template <class Op, class Strategy, class G, class PG, class X, class PX, class Derivative>
+[[nodiscard]] ScaledArray<G, PG> pointwise_vjp(const char* op, const ScaledArray<G, PG>& g, const ScaledArray<X, PX>& x,
+                                               Derivative derivative)
+{
+    return pointwise_vjp_by_rule<needs_amax_v<Strategy>>(op, g, x, rule_for<Op, Strategy, PG>(), derivative);
 }
 
 template <class A, class B>
@@ -266,32 +301,21 @@ template <class G, class P>
 template <class Strategy = default_scaling, class G, class PG, class X, class PX>
 [[nodiscard]] auto abs_vjp(const ScaledArray<G, PG>& g, const ScaledArray<X, PX>& x)
 {
-    return detail::pointwise_vjp<ops::vjp<ops::abs>, Strategy>("abs_vjp", g, x,
-                                                               [](auto v) {
-                                                                   using V = decltype(v);
-                                                                   return detail::unit_if<V>(v > 0) - detail::unit_if<V>(v < 0);
-                                                               });
+    return detail::pointwise_vjp<ops::vjp<ops::abs>, Strategy>("abs_vjp", g, x, detail::sign_fn{});
 }
 
 /// y = relu(x): g where x > 0, else 0 (also where x is NaN).
 template <class Strategy = default_scaling, class G, class PG, class X, class PX>
 [[nodiscard]] auto relu_vjp(const ScaledArray<G, PG>& g, const ScaledArray<X, PX>& x)
 {
-    return detail::pointwise_vjp<ops::vjp<ops::relu>, Strategy>("relu_vjp", g, x, [](auto v) {
-        return detail::unit_if<decltype(v)>(v > 0);
-    });
+    return detail::pointwise_vjp<ops::vjp<ops::relu>, Strategy>("relu_vjp", g, x, detail::step_fn{});
 }
 
 /// y = gelu(x) (erf form): g * (Phi(x) + x phi(x)).
 template <class Strategy = default_scaling, class G, class PG, class X, class PX>
 [[nodiscard]] auto gelu_vjp(const ScaledArray<G, PG>& g, const ScaledArray<X, PX>& x)
 {
-    return detail::pointwise_vjp<ops::vjp<ops::gelu>, Strategy>("gelu_vjp", g, x, [](auto v) {
-        using C = decltype(v);
-        const C cdf = C(0.5) * (C(1) + std::erf(v * C(0.70710678118654752440)));
-        const C pdf = std::exp(C(-0.5) * v * v) * C(0.39894228040143267794);
-        return cdf + v * pdf;
-    });
+    return detail::pointwise_vjp<ops::vjp<ops::gelu>, Strategy>("gelu_vjp", g, x, detail::gelu_derivative_fn{});
 }
 
 /// y = tanh(x), given x (as relu_vjp and gelu_vjp, so that the rule can follow x's scale):
@@ -299,10 +323,7 @@ template <class Strategy = default_scaling, class G, class PG, class X, class PX
 template <class Strategy = default_scaling, class G, class PG, class X, class PX>
 [[nodiscard]] auto tanh_vjp(const ScaledArray<G, PG>& g, const ScaledArray<X, PX>& x)
 {
-    return detail::pointwise_vjp<ops::vjp<ops::tanh>, Strategy>("tanh_vjp", g, x, [](auto v) {
-        const auto t = std::tanh(v);
-        return decltype(v)(1) - t * t;
-    });
+    return detail::pointwise_vjp<ops::vjp<ops::tanh>, Strategy>("tanh_vjp", g, x, detail::tanh_derivative_fn{});
 }
 
 /// y = exp(x), given y: g * y.
