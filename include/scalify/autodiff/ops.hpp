@@ -492,7 +492,7 @@ template <ScaledElement G, RoundingPolicy Rounding = round_nearest_even, Saturat
 [[nodiscard]] var<T, P, S> cast_grad(const var<T, P, S>& x)
 {
     static_assert(GradientElement<G>, "cast_grad: G must be one of the gradient types (see ad::GradientElement)");
-    return detail::record_op<S, returns_cotangent_types>("cast_grad", x.value(), std::tuple{x}, [](const auto& g, const auto&, const auto&) {
+    return detail::record_op<S, detail::returns_cotangent_types>("cast_grad", x.value(), std::tuple{x}, [](const auto& g, const auto&, const auto&) {
         return std::tuple{scalify::cast<G, Rounding, Saturation>(g)};
     });
 }

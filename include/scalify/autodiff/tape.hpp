@@ -244,8 +244,6 @@ void send(Node& n, Cotangent&& c)
     }
 }
 
-}  // namespace detail
-
 /// How an op's backward rule receives and returns cotangents. A rule's body is compiled once per
 /// type its cotangent can arrive in, so the rule decides how many copies of it exist.
 ///
@@ -269,8 +267,6 @@ struct sees_cotangent_types {};
 template <class Rule>
 concept CotangentRule = std::same_as<Rule, computes_in_value_type> || std::same_as<Rule, returns_cotangent_types> ||
                         std::same_as<Rule, sees_narrow_cotangents> || std::same_as<Rule, sees_cotangent_types>;
-
-namespace detail {
 
 /// The cotangent in element type C (moved when it holds C, else converted to nearest even: exact
 /// for every narrower type). One function per (C, P), shared by every op.
@@ -397,7 +393,7 @@ template <class Strategy, ScaledElement T, ScalePolicy P, ScaledElement I, class
 template <class Strategy, ScaledElement T, ScalePolicy P, class... Inputs, class Backward>
 [[nodiscard]] var<T, P, Strategy> custom_op(ScaledArray<T, P> output, const std::tuple<Inputs...>& inputs, Backward backward)
 {
-    return detail::record_op<Strategy, sees_cotangent_types>(
+    return detail::record_op<Strategy, detail::sees_cotangent_types>(
         "custom_op", std::move(output), inputs, [backward = std::move(backward)](const auto& g, const auto&, const auto&... in) {
             if constexpr (std::is_invocable_v<const Backward&, decltype(g), decltype(in)...>) return backward(g, in...);
             else return backward(g);
