@@ -1,7 +1,8 @@
 // Tensor-core models side by side with Eigen's float GEMM on the same shape, in one run:
 //   gemm<h100_cublaslt_fp8> / <h100_cublaslt_fp8_fast> on 256 x 1024 x 256 e4m3fn codes vs Eigen
 //   sgemm on float copies of the same values (the target: within 10x of the peer);
-//   the HMMA chain on f16 and bf16; scaled fp8 matmul with exact vs H100 accumulation at 512^3.
+//   the HMMA chain on f16 and bf16; a unit the lanes do not cover, on the reference engine;
+//   scaled fp8 matmul with exact vs H100 accumulation at 512^3.
 // Both sides use the same threads: OpenMP where the build found it (OMP_NUM_THREADS sets the
 // count for Eigen and scalify alike), else one. docs/benchmarks.md has the figures:
 //   OMP_NUM_THREADS=1 build/benchmarks/bench_tensor_core --benchmark_min_time=1
@@ -81,6 +82,31 @@ BENCHMARK(gemm_model<tc::h100_hmma_chain, Eigen::half>)
 BENCHMARK(gemm_model<tc::h100_hmma_chain, Eigen::bfloat16>)
     ->Name("gemm_256x1024x256_bf16_h100_hmma_chain")
     ->Unit(benchmark::kMillisecond);
+
+/// A unit the lanes do not cover (round-to-nearest alignment and normalisation): every output on
+/// the reference engine, as a user-described unit or out-of-range bf16 data runs.
+struct nearest_qgmma : tc::inner_product_model<13, 14, 32, tc::any_pair_of<float8_e4m3fn, float8_e5m2>,
+                                               tc::inner_product_rules<tc::product_exponent::nominal,
+                                                                       rounding_mode::nearest_even,
+                                                                       rounding_mode::nearest_even>> {
+    static constexpr const char* name = "nearest_qgmma";
+};
+struct nearest_gemm : tc::gemm_model<nearest_qgmma, 4> {
+    static constexpr const char* name = "nearest_gemm";
+};
+
+void gemm_reference_engine(benchmark::State& state)
+{
+    constexpr std::size_t rows = 64, columns = 64;
+    const auto a = random_codes<float8_e4m3fn>(rows, k, 1);
+    const auto b = random_codes<float8_e4m3fn>(k, columns, 2);
+    for (auto _ : state) {
+        auto c = tc::gemm<nearest_gemm>(a, b);
+        benchmark::DoNotOptimize(c.data());
+    }
+    state.SetItemsProcessed(state.iterations() * static_cast<std::int64_t>(2 * rows * k * columns));
+}
+BENCHMARK(gemm_reference_engine)->Name("gemm_64x1024x64_e4m3fn_reference_engine")->Unit(benchmark::kMillisecond);
 
 /// One instruction, one output: the reference engine (what dot<> runs).
 void dot_qgmma(benchmark::State& state)

@@ -456,14 +456,14 @@ TEST_CASE("Model tags are closed by concepts", "[tensor_core][static]")
     STATIC_REQUIRE(std::same_as<tc::operand_gemm_t<tc::h100_cublaslt_fp8, float, float>, void>);
     STATIC_REQUIRE(std::same_as<tc::operand_gemm_t<tc::exact_accumulation, float8_e4m3fn, float8_e4m3fn>, void>);
     // Which pairs run the vectorised lanes (the rest, the reference engine).
-    STATIC_REQUIRE(tc::detail::lane_plan<tc::h100_qgmma, float8_e4m3fn, float8_e5m2>::usable);
-    STATIC_REQUIRE(tc::detail::lane_plan<tc::h100_qgmma, float8_e5m2, float8_e5m2>::always_in_range);
-    STATIC_REQUIRE(std::same_as<tc::detail::lane_plan<tc::h100_qgmma, float8_e5m2, float8_e5m2>::wide, float>);
-    STATIC_REQUIRE(tc::detail::lane_plan<tc::h100_hmma, Eigen::half, Eigen::half>::usable);
-    STATIC_REQUIRE(tc::detail::lane_plan<tc::h100_hmma, Eigen::half, Eigen::half>::always_in_range);
-    STATIC_REQUIRE(tc::detail::lane_plan<tc::h100_hmma, Eigen::bfloat16, Eigen::bfloat16>::usable);
-    STATIC_REQUIRE(!tc::detail::lane_plan<tc::h100_hmma, Eigen::bfloat16, Eigen::bfloat16>::always_in_range);
-    STATIC_REQUIRE(!tc::detail::lane_plan<rne_unit, float8_e5m2, float8_e5m2>::usable);
+    STATIC_REQUIRE(tc::detail::lane_fit<tc::h100_qgmma, float8_e4m3fn, float8_e5m2>::usable);
+    STATIC_REQUIRE(tc::detail::lane_fit<tc::h100_qgmma, float8_e5m2, float8_e5m2>::always_in_range);
+    STATIC_REQUIRE(std::same_as<tc::detail::lane_plan<tc::h100_qgmma>::wide, float>);
+    STATIC_REQUIRE(tc::detail::lane_fit<tc::h100_hmma, Eigen::half, Eigen::half>::usable);
+    STATIC_REQUIRE(tc::detail::lane_fit<tc::h100_hmma, Eigen::half, Eigen::half>::always_in_range);
+    STATIC_REQUIRE(tc::detail::lane_fit<tc::h100_hmma, Eigen::bfloat16, Eigen::bfloat16>::usable);
+    STATIC_REQUIRE(!tc::detail::lane_fit<tc::h100_hmma, Eigen::bfloat16, Eigen::bfloat16>::always_in_range);
+    STATIC_REQUIRE(!tc::detail::lane_fit<rne_unit, float8_e5m2, float8_e5m2>::usable);
 }
 
 // ---- matmul's accumulation model ------------------------------------------------------------------

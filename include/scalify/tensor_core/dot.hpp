@@ -94,6 +94,36 @@ template <EncodedFloat T>
     return decompose_code<typename float_traits<T>::format>(code_of(x));
 }
 
+/// Decomposes `count` operands of type T, data[first + i * stride], into out. The engine and the
+/// GEMMs read operands through this one typed step, so their bodies exist once per model, not once
+/// per model and pair of operand types.
+using operand_reader = void (*)(const void* data, std::size_t first, std::size_t count, std::size_t stride,
+                                operand* out) noexcept;
+
+template <EncodedFloat T>
+void read_operands(const void* data, std::size_t first, std::size_t count, std::size_t stride, operand* out) noexcept
+{
+    const T* x = static_cast<const T*>(data) + first;
+    for (std::size_t i = 0; i < count; ++i) out[i] = decompose(x[i * stride]);
+}
+
+/// Operands of some element type, read through its reader.
+struct operand_source {
+    const void* data;
+    operand_reader read;
+
+    void operator()(std::size_t first, std::size_t count, std::size_t stride, operand* out) const noexcept
+    {
+        read(data, first, count, stride, out);
+    }
+};
+
+template <EncodedFloat T>
+[[nodiscard]] operand_source operands_of(const T* data) noexcept
+{
+    return {data, &read_operands<T>};
+}
+
 /// The float32 accumulator as an operand (its exponent is floor(log2 |c|), subnormals included).
 [[nodiscard]] inline operand decompose(float c) noexcept
 {
@@ -167,10 +197,12 @@ template <InnerProductModel Model>
 inline constexpr int sum_bits = Model::alignment_bits + 2 + std::bit_width(Model::k + 1);
 
 /// The engine: C + sum_k a[k]*b[k] under Model, for n <= Model::k products (a shorter
-/// instruction is one with zero products at the end). The reference every faster path is checked
-/// against; no precondition beyond n <= Model::k.
-template <InnerProductModel Model, class TA, class TB>
-[[nodiscard]] float inner_product(const TA* a, const TB* b, std::size_t n, float c) noexcept
+/// instruction is one with zero products at the end); a(i) and b(i) give the i-th operands,
+/// decomposed. The reference every faster path is checked against; no precondition beyond
+/// n <= Model::k. The GEMMs read decomposed arrays (one body per model); dot decomposes as it
+/// goes.
+template <InnerProductModel Model, class ReadA, class ReadB>
+[[nodiscard]] float inner_product_of(const ReadA& a, const ReadB& b, std::size_t n, float c) noexcept
 {
     using rules = typename Model::rules;
     constexpr int F = Model::alignment_bits;
@@ -194,8 +226,8 @@ template <InnerProductModel Model, class TA, class TB>
     std::size_t count = 0;
     int emax = std::numeric_limits<int>::min();
     for (std::size_t i = 0; i < n; ++i) {
-        const operand x = decompose(a[i]);
-        const operand y = decompose(b[i]);
+        const operand x = a(i);
+        const operand y = b(i);
         if (x.what == operand::kind::nan || y.what == operand::kind::nan) {
             nan = true;
             continue;
@@ -249,6 +281,13 @@ template <InnerProductModel Model, class TA, class TB>
     return to_float32<rules::normalisation>(magnitude, exponent, negative);
 }
 
+/// inner_product_of over decomposed operands.
+template <InnerProductModel Model>
+[[nodiscard]] float inner_product(const operand* a, const operand* b, std::size_t n, float c) noexcept
+{
+    return inner_product_of<Model>([a](std::size_t i) { return a[i]; }, [b](std::size_t i) { return b[i]; }, n, c);
+}
+
 template <class R>
 inline constexpr bool is_const_span = false;
 template <class T, std::size_t E>
@@ -270,7 +309,8 @@ template <InnerProductModel Model, class TA, class TB>
                                               "takes K = {} of each",
                                               Model::name, a.size(), b.size(), Model::k)));
     }
-    return detail::inner_product<Model>(a.data(), b.data(), Model::k, c);
+    return detail::inner_product_of<Model>([&a](std::size_t i) { return detail::decompose(a[i]); },
+                                           [&b](std::size_t i) { return detail::decompose(b[i]); }, Model::k, c);
 }
 
 /// dot over any contiguous ranges (std::array, std::vector, ...): dot<Model>(a, b, c).

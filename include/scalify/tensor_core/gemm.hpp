@@ -42,9 +42,9 @@ namespace scalify::tensor_core {
 
 namespace detail {
 
-/// One output of Model's GEMM: a[0..k) . b[0..k), both contiguous.
-template <GemmModel Model, class TA, class TB>
-[[nodiscard]] float chain_reference(const TA* a, const TB* b, std::size_t k) noexcept
+/// One output of Model's GEMM: a[0..k) . b[0..k), decomposed.
+template <GemmModel Model>
+[[nodiscard]] float chain_reference(const operand* a, const operand* b, std::size_t k) noexcept
 {
     using instruction = typename Model::instruction;
     constexpr std::size_t step = instruction::k;
@@ -64,6 +64,27 @@ template <GemmModel Model, class TA, class TB>
     else return in_group != 0 ? total + partial : total;
 }
 
+/// Model's GEMM on the reference engine, out (M x N) from a (M x K) and b (K x N), row-major. Tasks
+/// of 8 rows by 32 columns decompose their operands once and share them among 256 outputs.
+template <GemmModel Model>
+void gemm_reference(operand_source a, operand_source b, std::size_t m, std::size_t k, std::size_t n, float* out)
+{
+    constexpr std::size_t rows = 8, columns = 32;
+    const std::size_t row_tasks = (m + rows - 1) / rows, column_tasks = (n + columns - 1) / columns;
+    scalify::detail::parallel_for(row_tasks * column_tasks, [&](std::size_t task) {
+        const std::size_t i0 = (task / column_tasks) * rows, j0 = (task % column_tasks) * columns;
+        const std::size_t height = std::min(rows, m - i0), width = std::min(columns, n - j0);
+        thread_local std::vector<operand> a_rows, b_columns;
+        a_rows.resize(height * k);
+        b_columns.resize(width * k);
+        a(i0 * k, height * k, 1, a_rows.data());
+        for (std::size_t j = 0; j < width; ++j) b(j0 + j, k, n, b_columns.data() + j * k);
+        for (std::size_t i = 0; i < height; ++i)
+            for (std::size_t j = 0; j < width; ++j)
+                out[(i0 + i) * n + j0 + j] = chain_reference<Model>(a_rows.data() + i * k, b_columns.data() + j * k, k);
+    });
+}
+
 // ---- the vectorised path ----------------------------------------------------------------------
 
 template <EncodedFloat T>
@@ -76,38 +97,24 @@ inline constexpr int min_exponent = (Format::has_zero ? 1 : 0) - Format::bias;
 template <FloatFormat Format>
 inline constexpr int max_exponent = static_cast<int>(Format::max_magnitude >> Format::mantissa_bits) - Format::bias;
 
-/// Whether, and how, Instruction's chains over TA x TB run in lanes. Per output and instruction,
-/// each term is trunc(a * b * 2^(F - emax)) in float lanes: a and b are floats holding the
-/// operands exactly, their product is exact (significands of at most 24 bits together), and
-/// scaling by a power of two is exact unless the result is below 2^-126, where the cut gives 0
-/// anyway; the truncating float-to-int32 conversion is the cut toward zero. The accumulator is
-/// aligned the same way. This computes exactly what inner_product does when: the rules are the
-/// H100's (every cut toward zero, nominal exponents); products need no right shift at emax; K
-/// terms (each below 2^(F + 2) units) sum in int32 and the whole exact sum fits `wide`
-/// (`usable`); and the data keep operands, products and results within float32's normal range
-/// (`in_range`). `always_in_range` says the formats guarantee it (fp8, f16); otherwise (bf16) the
-/// data's exponents are checked at run time and out-of-range data run the reference engine.
-template <InnerProductModel Instruction, class TA, class TB>
+/// Exponent of a zero operand or accumulator in the lanes: every sum with it lies below any real
+/// exponent.
+inline constexpr std::int16_t lane_zero_exponent = -4096;
+
+/// How Instruction's chains run in lanes. Per output and instruction, each term is
+/// trunc(a * b * 2^(F - emax)) in float lanes: a and b are floats holding the operands exactly,
+/// their product is exact (significands of at most 24 bits together), and scaling by a power of
+/// two is exact unless the result is below 2^-126, where the cut gives 0 anyway; the truncating
+/// float-to-int32 conversion is the cut toward zero. The accumulator is aligned the same way.
+/// Whether that computes exactly what inner_product does for a pair of operand types is
+/// lane_fit's question; this part depends on the instruction alone, so the lanes are compiled
+/// once per model.
+template <InnerProductModel Instruction>
 struct lane_plan {
-    using rules = typename Instruction::rules;
-    using fa = format_of<TA>;
-    using fb = format_of<TB>;
     static constexpr int F = Instruction::alignment_bits;
     static constexpr int P = Instruction::result_bits;
     static constexpr std::size_t K = Instruction::k;
-    /// A product at emax is a whole number of units 2^(emax - F).
-    static constexpr int product_shift = F - fa::mantissa_bits - fb::mantissa_bits;
     static constexpr int bits = sum_bits<Instruction>;
-    static constexpr bool operands_fit_float =
-        fa::mantissa_bits + fb::mantissa_bits + 2 <= 24 && min_exponent<fa> >= -126 && min_exponent<fb> >= -126 &&
-        min_exponent<fa> - fa::mantissa_bits >= -149 && min_exponent<fb> - fb::mantissa_bits >= -149 &&
-        max_exponent<fa> <= 127 && max_exponent<fb> <= 127;
-    static constexpr bool terms_fit_int32 =
-        F + 2 <= 30 && K * ((std::uint64_t{1} << (F + 2)) - 1) <= std::uint64_t{INT32_MAX};
-    static constexpr bool usable = rules::exponent == product_exponent::nominal &&
-                                   rules::alignment == rounding_mode::toward_zero &&
-                                   rules::normalisation == rounding_mode::toward_zero && product_shift >= 0 &&
-                                   operands_fit_float && terms_fit_int32 && bits <= 53;
     /// Operands with exponents in [min_a, max_a] and [min_b, max_b], chains of k products: nonzero
     /// operands are float normals (flush-to-zero modes change nothing); every product's exponent
     /// is at least F - 126, so 2^(F - emax) is a normal float wherever a product is nonzero; a
@@ -118,8 +125,6 @@ struct lane_plan {
         return min_a > -126 && min_b > -126 && min_a + min_b >= F - 126 &&
                max_a + max_b + 2 + static_cast<int>(std::bit_width(k)) <= 126;
     }
-    static constexpr bool always_in_range =
-        in_range(min_exponent<fa>, max_exponent<fa>, min_exponent<fb>, max_exponent<fb>, ~std::size_t{0});
     /// The float type that holds the exact sum (accumulator and terms) exactly.
     using wide = std::conditional_t<(bits <= 24), float, double>;
     using wide_bits = std::conditional_t<std::same_as<wide, float>, std::uint32_t, std::uint64_t>;
@@ -128,56 +133,134 @@ struct lane_plan {
     static constexpr wide_bits result_mask = ~((wide_bits{1} << (wide_mantissa + 1 - P)) - 1);
     /// Clears the bits of a normal float below its min(P, F + 1)-th significant bit.
     static constexpr std::uint32_t accumulator_mask = ~((std::uint32_t{1} << (24 - std::min(P, F + 1))) - 1);
-    /// Exponent of a zero operand or accumulator: every sum with it lies below any real exponent.
-    static constexpr std::int16_t zero_exponent = -4096;
+};
+
+/// Whether Instruction's chains over TA x TB run in lanes (lane_plan) and compute exactly what
+/// inner_product does: the rules are the H100's (every cut toward zero, nominal exponents);
+/// products need no right shift at emax; K terms (each below 2^(F + 2) units) sum in int32 and the
+/// whole exact sum fits `wide` (`usable`); and the data keep operands, products and results within
+/// float32's normal range (lane_plan::in_range). `always_in_range` says the formats guarantee it
+/// (fp8, f16); otherwise (bf16) the data's exponents are checked at run time and out-of-range data
+/// run the reference engine.
+template <InnerProductModel Instruction, class TA, class TB>
+struct lane_fit {
+    using rules = typename Instruction::rules;
+    using plan = lane_plan<Instruction>;
+    using fa = format_of<TA>;
+    using fb = format_of<TB>;
+    /// A product at emax is a whole number of units 2^(emax - F).
+    static constexpr int product_shift = plan::F - fa::mantissa_bits - fb::mantissa_bits;
+    static constexpr bool operands_fit_float =
+        fa::mantissa_bits + fb::mantissa_bits + 2 <= 24 && min_exponent<fa> >= -126 && min_exponent<fb> >= -126 &&
+        min_exponent<fa> - fa::mantissa_bits >= -149 && min_exponent<fb> - fb::mantissa_bits >= -149 &&
+        max_exponent<fa> <= 127 && max_exponent<fb> <= 127;
+    static constexpr bool terms_fit_int32 =
+        plan::F + 2 <= 30 && plan::K * ((std::uint64_t{1} << (plan::F + 2)) - 1) <= std::uint64_t{INT32_MAX};
+    static constexpr bool usable = rules::exponent == product_exponent::nominal &&
+                                   rules::alignment == rounding_mode::toward_zero &&
+                                   rules::normalisation == rounding_mode::toward_zero && product_shift >= 0 &&
+                                   operands_fit_float && terms_fit_int32 && plan::bits <= 53;
+    static constexpr bool always_in_range =
+        plan::in_range(min_exponent<fa>, max_exponent<fa>, min_exponent<fb>, max_exponent<fb>, ~std::size_t{0});
 };
 
 inline constexpr std::size_t lane_width = 32;
 
 /// An operand as the lanes read it: its value as a float (exact: the formats fit) and its nominal
 /// exponent, floor(log2 |x|) clamped to the format's smallest normal exponent as subnormals have
-/// it. Zeros and non-finite codes read as 0 with exponent zero_exponent; `special` marks the
+/// it. Zeros and non-finite codes read as 0 with exponent lane_zero_exponent; `special` marks the
 /// non-finite ones.
-template <class Plan, EncodedFloat T>
 struct lane_operand {
     float value;
     std::int16_t exponent;
     bool special;
-
-    [[nodiscard]] static constexpr lane_operand decode(const T& x) noexcept
-    {
-        const float v = float_traits<T>::to_float(x);
-        const auto bits = std::bit_cast<std::uint32_t>(v);
-        const int field = static_cast<int>((bits >> 23) & 0xffu);
-        const bool special = field == 0xff;
-        const bool zero = (bits & 0x7fffffffu) == 0;
-        const int exponent = std::max(field - 127, min_exponent<format_of<T>>);
-        return {special ? 0.0f : v, special || zero ? Plan::zero_exponent : static_cast<std::int16_t>(exponent), special};
-    }
 };
 
+template <EncodedFloat T>
+[[nodiscard]] constexpr lane_operand decode_lane_operand(const T& x) noexcept
+{
+    const float v = float_traits<T>::to_float(x);
+    const auto bits = std::bit_cast<std::uint32_t>(v);
+    const int field = static_cast<int>((bits >> 23) & 0xffu);
+    const bool special = field == 0xff;
+    const bool zero = (bits & 0x7fffffffu) == 0;
+    const int exponent = std::max(field - 127, min_exponent<format_of<T>>);
+    return {special ? 0.0f : v, special || zero ? lane_zero_exponent : static_cast<std::int16_t>(exponent), special};
+}
+
 /// Every code of an 8-bit format decoded at compile time.
-template <class Operand, EncodedFloat T>
+template <EncodedFloat T>
 inline constexpr auto lane_table = [] {
-    std::array<Operand, 256> table{};
+    std::array<lane_operand, 256> table{};
     using storage = typename format_of<T>::storage_type;
     for (unsigned code = 0; code < table.size(); ++code)
-        table[code] = Operand::decode(float_traits<T>::from_bits(static_cast<storage>(code)));
+        table[code] = decode_lane_operand(float_traits<T>::from_bits(static_cast<storage>(code)));
     return table;
 }();
 
-template <class Operand, EncodedFloat T>
-[[nodiscard]] Operand lane_decode(const T& x) noexcept
+template <EncodedFloat T>
+[[nodiscard]] lane_operand lane_decode(const T& x) noexcept
 {
-    if constexpr (format_of<T>::total_bits <= 8) return lane_table<Operand, T>[code_of(x)];
-    else return Operand::decode(x);
+    if constexpr (format_of<T>::total_bits <= 8) return lane_table<T>[code_of(x)];
+    else return decode_lane_operand(x);
+}
+
+/// What decoding a run of operands found: a non-finite one, and the exponent range of the nonzero
+/// finite ones (empty: min > max).
+struct lane_run {
+    bool special = false;
+    int min_exponent = 1 << 14;
+    int max_exponent = -(1 << 14);
+};
+
+/// Decodes `count` contiguous operands of type T from data[first] into values and exponents;
+/// `special`, where given, gets each non-finite one's flag or-ed in. The lanes' one typed step.
+/// With TrackRange the exponent range is found too (the formats that do not bound it: it costs
+/// a tenth of an fp8 GEMM's time).
+using lane_reader = lane_run (*)(const void* data, std::size_t first, std::size_t count, float* value,
+                                 std::int16_t* exponent, unsigned char* special) noexcept;
+
+template <EncodedFloat T, bool TrackRange>
+lane_run read_lane_operands(const void* data, std::size_t first, std::size_t count, float* value,
+                            std::int16_t* exponent, unsigned char* special) noexcept
+{
+    const T* x = static_cast<const T*>(data) + first;
+    lane_run run;
+    for (std::size_t i = 0; i < count; ++i) {
+        const lane_operand o = lane_decode(x[i]);
+        value[i] = o.value;
+        exponent[i] = o.exponent;
+        run.special = run.special || o.special;
+        if (special) special[i] |= o.special ? 1 : 0;
+        if constexpr (TrackRange) {
+            if (o.value != 0.0f) {
+                run.min_exponent = std::min(run.min_exponent, static_cast<int>(o.exponent));
+                run.max_exponent = std::max(run.max_exponent, static_cast<int>(o.exponent));
+            }
+        }
+    }
+    return run;
+}
+
+/// One GEMM operand as both paths read it.
+struct gemm_operand {
+    const void* data;
+    lane_reader lanes;
+    operand_reader operands;
+};
+
+template <bool TrackRange, EncodedFloat T>
+[[nodiscard]] gemm_operand gemm_operand_of(const T* data) noexcept
+{
+    return {data, &read_lane_operands<T, TrackRange>, &read_operands<T>};
 }
 
 /// One row of A against one block of columns: the whole chain along K, lane by lane.
-template <GemmModel Model, class Plan>
+template <GemmModel Model>
 void lane_chain(const float* a_val, const std::int16_t* a_exp, const float* b_val, const std::int16_t* b_exp,
                 std::size_t k, float* out, std::size_t columns)
 {
+    using Plan = lane_plan<typename Model::instruction>;
     using wide = typename Plan::wide;
     using wide_bits = typename Plan::wide_bits;
     constexpr std::size_t W = lane_width;
@@ -194,7 +277,7 @@ void lane_chain(const float* a_val, const std::int16_t* a_exp, const float* b_va
         // The accumulator: zero or a normal float (gemm_lanes runs only data in range).
         for (std::size_t j = 0; j < W; ++j) {
             const auto field = static_cast<std::int32_t>((std::bit_cast<std::uint32_t>(c[j]) >> 23) & 0xffu);
-            emax[j] = c[j] == 0.0f ? Plan::zero_exponent : static_cast<std::int16_t>(field - 127);
+            emax[j] = c[j] == 0.0f ? lane_zero_exponent : static_cast<std::int16_t>(field - 127);
         }
         for (std::size_t kk = s; kk < end; ++kk) {
             const std::int16_t ea = a_exp[kk];
@@ -211,7 +294,7 @@ void lane_chain(const float* a_val, const std::int16_t* a_exp, const float* b_va
             unscale[j] = std::bit_cast<float>(static_cast<std::uint32_t>(127 - F + e) << 23);
             c_aligned[j] = static_cast<std::int32_t>(c[j] * scale[j]);
         }
-        // Terms, exact as lane_plan says. The first one sets the sum: a loop of sum[j] = 0 would
+        // Terms, exact as lane_fit says. The first one sets the sum: a loop of sum[j] = 0 would
         // become a memset call.
         for (std::size_t j = 0; j < W; ++j) sum[j] = static_cast<std::int32_t>(a_val[s] * b_val[s * W + j] * scale[j]);
         for (std::size_t kk = s + 1; kk < end; ++kk) {
@@ -250,13 +333,14 @@ void lane_chain(const float* a_val, const std::int16_t* a_exp, const float* b_va
     }
 }
 
-/// Model's GEMM in lanes; false (nothing written) when the data's exponents are out of range.
-template <GemmModel Model, class TA, class TB>
-[[nodiscard]] bool gemm_lanes(const TA* a, const TB* b, std::size_t m, std::size_t k, std::size_t n, float* out)
+/// Model's GEMM in lanes over operands whose pair lane_fit calls usable; false (nothing written)
+/// when check_range is set and the data's exponents are out of range. Compiled once per model:
+/// the operand types reach it as their readers.
+template <GemmModel Model>
+[[nodiscard]] bool gemm_lanes(gemm_operand a, gemm_operand b, bool check_range, std::size_t m, std::size_t k,
+                              std::size_t n, float* out)
 {
-    using Plan = lane_plan<typename Model::instruction, TA, TB>;
-    using operand_a = lane_operand<Plan, TA>;
-    using operand_b = lane_operand<Plan, TB>;
+    using Plan = lane_plan<typename Model::instruction>;
     constexpr std::size_t W = lane_width;
     const std::size_t blocks = (n + W - 1) / W;
 
@@ -264,29 +348,16 @@ template <GemmModel Model, class TA, class TB>
     thread_local std::vector<float> a_val, b_val;
     thread_local std::vector<std::int16_t> a_exp, b_exp;
     thread_local std::vector<unsigned char> special_row, special_column;
-    // Exponent ranges of the nonzero finite operands, where the formats do not bound them enough.
+    // Exponent ranges of the nonzero finite operands.
     int min_a = 1 << 14, max_a = -(1 << 14), min_b = 1 << 14, max_b = -(1 << 14);
-    const auto track = [](const auto& x, int& lo, int& hi) {
-        if constexpr (!Plan::always_in_range) {
-            if (x.value != 0.0f) {
-                lo = std::min(lo, static_cast<int>(x.exponent));
-                hi = std::max(hi, static_cast<int>(x.exponent));
-            }
-        }
-    };
     a_val.resize(m * k);
     a_exp.resize(m * k);
     special_row.assign(m, 0);
     for (std::size_t i = 0; i < m; ++i) {
-        bool special = false;
-        for (std::size_t p = i * k; p < (i + 1) * k; ++p) {
-            const auto x = lane_decode<operand_a>(a[p]);
-            a_val[p] = x.value;
-            a_exp[p] = x.exponent;
-            special = special || x.special;
-            track(x, min_a, max_a);
-        }
-        special_row[i] = special ? 1 : 0;
+        const lane_run row = a.lanes(a.data, i * k, k, a_val.data() + i * k, a_exp.data() + i * k, nullptr);
+        special_row[i] = row.special ? 1 : 0;
+        min_a = std::min(min_a, row.min_exponent);
+        max_a = std::max(max_a, row.max_exponent);
     }
     // B in blocks of W columns, each block K rows of W; columns past N read as zeros.
     b_val.resize(blocks * k * W);
@@ -296,21 +367,18 @@ template <GemmModel Model, class TA, class TB>
         const std::size_t j0 = block * W, width = std::min(W, n - j0);
         for (std::size_t p = 0; p < k; ++p) {
             const std::size_t at = (block * k + p) * W;
-            for (std::size_t j = 0; j < width; ++j) {
-                const auto x = lane_decode<operand_b>(b[p * n + j0 + j]);
-                b_val[at + j] = x.value;
-                b_exp[at + j] = x.exponent;
-                special_column[j0 + j] |= x.special ? 1 : 0;
-                track(x, min_b, max_b);
-            }
+            const lane_run run =
+                b.lanes(b.data, p * n + j0, width, b_val.data() + at, b_exp.data() + at, special_column.data() + j0);
+            min_b = std::min(min_b, run.min_exponent);
+            max_b = std::max(max_b, run.max_exponent);
             for (std::size_t j = width; j < W; ++j) {
                 b_val[at + j] = 0.0f;
-                b_exp[at + j] = Plan::zero_exponent;
+                b_exp[at + j] = lane_zero_exponent;
             }
         }
     }
 
-    if constexpr (!Plan::always_in_range) {
+    if (check_range) {
         const bool some_zero_operand = min_a > max_a || min_b > max_b;  // every product is zero
         if (!some_zero_operand && !Plan::in_range(min_a, max_a, min_b, max_b, k)) return false;
     }
@@ -323,33 +391,36 @@ template <GemmModel Model, class TA, class TB>
     scalify::detail::parallel_for(blocks * m, [=](std::size_t task) {
         const std::size_t block = task / m, i = task % m;
         const std::size_t j0 = block * W;
-        lane_chain<Model, Plan>(av + i * k, ae + i * k, bv + block * k * W, be + block * k * W, k, out + i * n + j0,
-                                std::min(W, n - j0));
+        lane_chain<Model>(av + i * k, ae + i * k, bv + block * k * W, be + block * k * W, k, out + i * n + j0,
+                          std::min(W, n - j0));
     });
 
     // NaN and inf codes: the outputs they reach, again through the reference engine.
     const bool any_row = std::find(special_row.begin(), special_row.end(), 1) != special_row.end();
     const bool any_column = std::find(special_column.begin(), special_column.end(), 1) != special_column.end();
     if (!any_row && !any_column) return true;
-    std::vector<TB> column(k);
+    std::vector<operand> row(k), column(k);
     for (std::size_t j = 0; j < n; ++j) {
         const bool whole_column = special_column[j] != 0;
         if (!whole_column && !any_row) continue;
-        for (std::size_t p = 0; p < k; ++p) column[p] = b[p * n + j];
+        b.operands(b.data, j, k, n, column.data());
         for (std::size_t i = 0; i < m; ++i) {
-            if (whole_column || special_row[i]) out[i * n + j] = chain_reference<Model>(a + i * k, column.data(), k);
+            if (!whole_column && !special_row[i]) continue;
+            a.operands(a.data, i * k, k, 1, row.data());
+            out[i * n + j] = chain_reference<Model>(row.data(), column.data(), k);
         }
     }
     return true;
 }
 
+/// gemm_lanes over typed operands (TA x TB must be a pair lane_fit calls usable).
 template <GemmModel Model, class TA, class TB>
-void gemm_reference(const TA* a, const TB* b, std::size_t m, std::size_t k, std::size_t n, float* out)
+[[nodiscard]] bool gemm_lanes(const TA* a, const TB* b, std::size_t m, std::size_t k, std::size_t n, float* out)
 {
-    std::vector<TB> bt(n * k);  // B transposed: each output's column contiguous
-    for (std::size_t p = 0; p < k; ++p)
-        for (std::size_t j = 0; j < n; ++j) bt[j * k + p] = b[p * n + j];
-    scalify::detail::parallel_for(m * n, [&](std::size_t i) { out[i] = chain_reference<Model>(a + (i / n) * k, bt.data() + (i % n) * k, k); });
+    using fit = lane_fit<typename Model::instruction, TA, TB>;
+    static_assert(fit::usable, "these operand types do not run in lanes under this model");
+    constexpr bool check_range = !fit::always_in_range;
+    return gemm_lanes<Model>(gemm_operand_of<check_range>(a), gemm_operand_of<check_range>(b), check_range, m, k, n, out);
 }
 
 /// out (M x N, row-major) = gemm<Model>(a (M x K), b (K x N)), both row-major and contiguous.
@@ -361,10 +432,10 @@ void gemm_into(const TA* a, const TB* b, std::size_t m, std::size_t k, std::size
         std::fill_n(out, m * n, 0.0f);
         return;
     }
-    if constexpr (lane_plan<typename Model::instruction, TA, TB>::usable) {
+    if constexpr (lane_fit<typename Model::instruction, TA, TB>::usable) {
         if (gemm_lanes<Model>(a, b, m, k, n, out)) return;
     }
-    gemm_reference<Model>(a, b, m, k, n, out);
+    gemm_reference<Model>(operands_of(a), operands_of(b), m, k, n, out);
 }
 
 template <GemmModel Model, class TA, class TB>
@@ -405,7 +476,10 @@ template <GemmModel Model, class TA, class TB>
         SCALIFY_THROW(shape_error(fmt::format("tensor_core::gemm_dot<{}>: vectors of {} and {} elements", Model::name,
                                               a.size(), b.size())));
     }
-    return detail::chain_reference<Model>(a.data(), b.data(), a.size());
+    std::vector<detail::operand> x(a.size()), y(b.size());
+    detail::operands_of(a.data())(0, a.size(), 1, x.data());
+    detail::operands_of(b.data())(0, b.size(), 1, y.data());
+    return detail::chain_reference<Model>(x.data(), y.data(), x.size());
 }
 
 /// gemm_dot over any contiguous ranges (std::vector, std::array, ...).
