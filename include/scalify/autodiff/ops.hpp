@@ -591,6 +591,16 @@ template <class C, class T, class P>
     }
 }
 
+/// The cotangent types matmul's backward rule takes as they are (sees_narrow_cotangents): those a
+/// tensor-core model multiplies by an operand (g.b^T) or an operand by (a^T.g). Every other
+/// cotangent is widened first, which widened_matmul_backward shows changes no product.
+template <class A, class B>
+struct model_cotangents {
+    template <class G>
+    static constexpr bool keeps = !widened_matmul_backward<void, G, A, B>::template exact_pair<G, B> ||
+                                  !widened_matmul_backward<void, G, A, B>::template exact_pair<A, G>;
+};
+
 /// a.b recorded with matmul_vjp; only the gradients an input needs are computed (each by the
 /// same product matmul_vjp forms). Batched and 1-D operands as numpy's matmul. The gradient
 /// products are stored as GradOut (void: the operands' promoted type, as matmul_vjp does).
@@ -598,7 +608,8 @@ template <class R, class GradOut = void, class S, class A, class B, class P>
 [[nodiscard]] var<R, P, S> recorded_matmul(const var<A, P, S>& a, const var<B, P, S>& b)
 {
     const bool need_a = a.requires_grad(), need_b = b.requires_grad();
-    return record_op<S, sees_narrow_cotangents>("matmul", scalify::matmul<S, R>(a.value(), b.value()), std::tuple{a, b},
+    using rule = sees_narrow_cotangents<model_cotangents<A, B>>;
+    return record_op<S, rule>("matmul", scalify::matmul<S, R>(a.value(), b.value()), std::tuple{a, b},
                         [need_a, need_b](const auto& g, const auto&, const auto& av, const auto& bv) {
                             using G = typename std::remove_cvref_t<decltype(g)>::value_type;
                             using widening = widened_matmul_backward<GradOut, G, A, B>;

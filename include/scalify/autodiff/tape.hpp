@@ -253,20 +253,36 @@ void send(Node& n, Cotangent&& c)
 ///   computes there and returns its cotangents in that type. One body per op.
 /// - returns_cotangent_types (cast_grad, the recipe's cotangent cast): the same entry; the results
 ///   have the types the rule gives them (a narrow type: what these rules exist for).
-/// - sees_narrow_cotangents (matmul): a float32 or float64 cotangent arrives in the output's compute
-///   type as above; a 16- or 8-bit one arrives as it was sent, one body per such type, because the
-///   tensor-core models multiply fp16, bf16 and fp8 cotangents as their codes. The results keep
-///   the types the rule gives them.
+/// - sees_narrow_cotangents<Keeps> (matmul): a 16- or 8-bit cotangent type G for which
+///   Keeps::template keeps<G> holds arrives as it was sent, one body per such type, because the
+///   tensor-core models multiply fp16, bf16 and fp8 cotangents as their codes; every other
+///   cotangent arrives in the output's compute type as above (for a matmul: the G no model
+///   multiplies by its operands, whose products are the same on the widened values). The results
+///   keep the types the rule gives them.
 /// - sees_cotangent_types (custom_op): the rule sees the cotangent in the type it was sent in, one
 ///   body per gradient type, and its results are sent as they are.
 struct computes_in_value_type {};
 struct returns_cotangent_types {};
+template <class Keeps>
 struct sees_narrow_cotangents {};
 struct sees_cotangent_types {};
 
 template <class Rule>
+inline constexpr bool is_sees_narrow_cotangents = false;
+template <class Keeps>
+inline constexpr bool is_sees_narrow_cotangents<sees_narrow_cotangents<Keeps>> = true;
+
+template <class Rule>
 concept CotangentRule = std::same_as<Rule, computes_in_value_type> || std::same_as<Rule, returns_cotangent_types> ||
-                        std::same_as<Rule, sees_narrow_cotangents> || std::same_as<Rule, sees_cotangent_types>;
+                        is_sees_narrow_cotangents<Rule> || std::same_as<Rule, sees_cotangent_types>;
+
+/// Keeps of sees_narrow_cotangents<Keeps> for a rule that runs on Keeps' narrow types.
+template <class Rule>
+struct narrow_cotangents_kept;
+template <class Keeps>
+struct narrow_cotangents_kept<sees_narrow_cotangents<Keeps>> {
+    using type = Keeps;
+};
 
 /// The cotangent in element type C (moved when it holds C, else converted to nearest even: exact
 /// for every narrower type). One function per (C, P), shared by every op.
@@ -329,14 +345,16 @@ template <class Strategy, CotangentRule Rule = computes_in_value_type, ScaledEle
         };
         if constexpr (std::same_as<Rule, sees_cotangent_types>) {
             std::move(g).visit(run);
-        } else if constexpr (std::same_as<Rule, sees_narrow_cotangents>) {
-            if (g.template holds<float>() || g.template holds<double>()) {
-                run(take_as<compute_t<T>>(std::move(g)));
-            } else {
-                std::move(g).visit([&]<class G, class GP>(ScaledArray<G, GP>&& cotangent) {
-                    if constexpr (!std::same_as<G, float> && !std::same_as<G, double>) run(std::move(cotangent));
-                });
-            }
+        } else if constexpr (is_sees_narrow_cotangents<Rule>) {
+            using keeps = typename narrow_cotangents_kept<Rule>::type;
+            bool ran = false;
+            std::move(g).visit([&]<class G, class GP>(ScaledArray<G, GP>&& cotangent) {
+                if constexpr (!std::same_as<G, float> && !std::same_as<G, double> && keeps::template keeps<G>) {
+                    ran = true;
+                    run(std::move(cotangent));
+                }
+            });
+            if (!ran) run(take_as<compute_t<T>>(std::move(g)));  // the visit moved nothing out
         } else {
             run(take_as<compute_t<T>>(std::move(g)));
         }
