@@ -9,6 +9,7 @@
 #include <scalify/scaled_array.hpp>
 
 #include <string_view>
+#include <utility>
 #include <variant>
 
 namespace scalify {
@@ -45,6 +46,24 @@ inline constexpr dtype dtype_of = std::same_as<T, float>             ? dtype::fl
                                   : std::same_as<T, Eigen::bfloat16> ? dtype::bfloat16
                                   : std::same_as<T, float8_e4m3fn>   ? dtype::float8_e4m3fn
                                                                      : dtype::float8_e5m2;
+
+namespace detail {
+
+/// f.template operator()<T>() for the element type T that `type` names.
+template <class F>
+decltype(auto) with_dtype(dtype type, F&& f)
+{
+    switch (type) {
+    case dtype::float16: return std::forward<F>(f).template operator()<Eigen::half>();
+    case dtype::bfloat16: return std::forward<F>(f).template operator()<Eigen::bfloat16>();
+    case dtype::float8_e4m3fn: return std::forward<F>(f).template operator()<float8_e4m3fn>();
+    case dtype::float8_e5m2: return std::forward<F>(f).template operator()<float8_e5m2>();
+    case dtype::float32: break;
+    }
+    return std::forward<F>(f).template operator()<float>();
+}
+
+}  // namespace detail
 
 template <ScalePolicy Policy = float_scale>
 class any_scaled_array {

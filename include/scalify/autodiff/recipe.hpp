@@ -49,19 +49,6 @@ inline matmul_precision& matmul_precision_state() noexcept
     return state;
 }
 
-/// f.template operator()<T>() for the element type T that `type` names.
-template <class F>
-decltype(auto) with_dtype(dtype type, F&& f)
-{
-    switch (type) {
-    case dtype::float16: return std::forward<F>(f).template operator()<Eigen::half>();
-    case dtype::bfloat16: return std::forward<F>(f).template operator()<Eigen::bfloat16>();
-    case dtype::float8_e4m3fn: return std::forward<F>(f).template operator()<float8_e4m3fn>();
-    case dtype::float8_e5m2: return std::forward<F>(f).template operator()<float8_e5m2>();
-    case dtype::float32: break;
-    }
-    return std::forward<F>(f).template operator()<float>();
-}
 /// The power of two a cast to F under `scaling` moves from the data into the scale (see
 /// cast_scaling); 1 when nothing moves: propagated scaling, an all-zero, zero-scale or non-finite
 /// array, or a factor the scale cannot take.
