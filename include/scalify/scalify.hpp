@@ -40,6 +40,5 @@
 #include <scalify/train/adam.hpp>
 #include <scalify/train/autoscale.hpp>
 #include <scalify/train/autoscale_ad.hpp>
-#include <scalify/train/backward.hpp>
 #include <scalify/train/loss_scaler.hpp>
 #include <scalify/train/sgd.hpp>

@@ -112,7 +112,7 @@ struct chain_gradients {
     ad::gradient<P> a, b, c, bias;
 };
 
-/// The chain's gradients from the backward rules of train/backward.hpp, composed by hand.
+/// The chain's gradients from the ops' backward rules (ops/*.hpp), composed by hand.
 template <class Strategy, class T, class P>
 chain_gradients<P> hand_gradients(const chain& program, const ScaledArray<T, P>& a, const ScaledArray<T, P>& b,
                                   const ScaledArray<T, P>& c, const ScaledArray<T, P>& bias)

@@ -3,8 +3,9 @@
 /// The differentiable primitives: the scaled ops and operators on ad::var, found by ADL, so a
 /// model written once as a template runs on plain ScaledArrays (no tape) and on vars (gradients).
 /// Each op computes with the scaled primitive of the same name under the var's Strategy and
-/// records the backward rule of train/backward.hpp. Mixed operands: a ScaledArray next to a var
-/// is a constant; a double multiplies or divides through the scale (the design's scaled_mul).
+/// records the op's backward rule (beside the op in ops/*.hpp). Mixed operands: a ScaledArray
+/// next to a var is a constant; a double multiplies or divides through the scale (the design's
+/// scaled_mul).
 ///
 /// Gradient-path ops change nothing in the forward pass and act on the cotangent only:
 /// cast_grad<T> (jax-scalify's cast_ml_dtype_grad), dynamic_rescale_{max,l1,l2}_grad and
@@ -20,7 +21,6 @@
 #include <scalify/ops/sequence.hpp>
 #include <scalify/ops/shape.hpp>
 #include <scalify/strategy/rescale.hpp>
-#include <scalify/train/backward.hpp>
 
 #include <fmt/format.h>
 

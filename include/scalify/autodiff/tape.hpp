@@ -7,7 +7,7 @@
 /// Every differentiable op computes its result eagerly with the scaled primitives (so scales
 /// propagate exactly as without autodiff) and, when an input needs a gradient, appends a node
 /// whose backward function maps the output's cotangent to its inputs' cotangents with the
-/// existing backward rules (train/backward.hpp). tape::backward walks the nodes in reverse.
+/// backward rules that sit beside each op (ops/*.hpp). tape::backward walks the nodes in reverse.
 ///
 /// Lifetime: the tape owns its nodes; a node keeps its value (needed by its consumers' backward
 /// rules) and shares its inputs' nodes. Destroying the tape frees the whole graph; a var that

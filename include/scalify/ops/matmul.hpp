@@ -18,6 +18,7 @@
 ///     tensor_core::accumulation_scope<> scope("h100");                 // untagged calls here
 
 #include <scalify/detail/parallel.hpp>
+#include <scalify/ops/reduce.hpp>
 #include <scalify/ops/result.hpp>
 #include <scalify/ops/shape.hpp>
 #include <scalify/tensor_core/accumulation.hpp>
@@ -529,6 +530,81 @@ template <class Strategy = default_scaling, class Out = void, tensor_core::Accum
         return detail::matmul_with<needs_amax, Out, Gemm>(a, b, rule, std::forward<Buffer>(buffer));
     }
     return detail::batched_matmul_with<needs_amax, Out, Gemm>(a, b, rule);
+}
+
+// ---- backward rule --------------------------------------------------------------------------
+
+namespace detail {
+
+/// matmul_vjp of numpy's matmul (batched, broadcast, 1-D operands); only the gradients asked for
+/// are formed (the others are left empty). A vector operand is its row (column) matrix; an
+/// operand broadcast over batches gets the batches' gradients summed back (unbroadcast, whose
+/// rule adds that sum to the product's contraction). With a 2-D second operand the batches' rows
+/// form one 2-D product each way, as in the forward pass.
+template <class Strategy, class Out, class G, class PG, class A, class PA, class B, class PB>
+[[nodiscard]] auto batched_matmul_vjp(const ScaledArray<G, PG>& g, const ScaledArray<A, PA>& a, const ScaledArray<B, PB>& b,
+                                      bool need_a, bool need_b)
+{
+    const batched_shapes s(a.shape(), b.shape());
+    if (!std::equal(g.shape().begin(), g.shape().end(), s.out.begin(), s.out.end())) {
+        SCALIFY_THROW(shape_error(fmt::format("matmul_vjp: cotangent shape {} for the product of {} and {} (of shape {})",
+                                              shape_string(g.shape()), shape_string(a.shape()), shape_string(b.shape()),
+                                              shape_string(s.out))));
+    }
+    const std::size_t m = s.m, k = s.k, n = s.n;
+    const auto matrix_b = s.b_vector ? with_shape(b, {k, 1}) : b;
+    using GA = decltype(matmul_transposed_b<Strategy, Out>(g, b));
+    using GB = decltype(matmul_transposed_a<Strategy, Out>(a, g));
+    vjp_pair<GA, GB> result;
+    const std::vector<std::size_t> a_shape(a.shape().begin(), a.shape().end());
+    const std::vector<std::size_t> b_shape(b.shape().begin(), b.shape().end());
+    if (s.b_batch.empty()) {
+        const std::size_t rows = s.batch_count() * m;
+        const auto g_rows = with_shape(g, {rows, n});
+        if (need_a) result.first = with_shape(matmul_transposed_b<Strategy, Out>(g_rows, matrix_b), a_shape);
+        if (need_b) result.second = with_shape(matmul_transposed_a<Strategy, Out>(with_shape(a, {rows, k}), g_rows), b_shape);
+        return result;
+    }
+    std::vector<std::size_t> g_full = s.batch;
+    g_full.insert(g_full.end(), {m, n});
+    const auto g_matrices = with_shape(g, g_full);
+    if (need_a) {
+        std::vector<std::size_t> own = s.a_batch;
+        own.insert(own.end(), {m, k});
+        const auto full = matmul<Strategy, Out>(g_matrices, swap_last_axes(matrix_b));
+        result.first = with_shape(unbroadcast<Strategy>(full, own), a_shape);
+    }
+    if (need_b) {
+        const auto matrix_a = s.a_vector ? with_shape(a, {1, k}) : a;
+        std::vector<std::size_t> own = s.b_batch;
+        own.insert(own.end(), {k, n});
+        const auto full = matmul<Strategy, Out>(swap_last_axes(matrix_a), g_matrices);
+        result.second = with_shape(unbroadcast<Strategy>(full, own), b_shape);
+    }
+    return result;
+}
+
+}  // namespace detail
+
+/// matmul_vjp's two products are matmuls, each divided by the square root of its own contraction
+/// (fan-out for the input gradient, batch for the weight gradient) under default_scaling and
+/// unit_scaling. That is Graphcore unit-scaling's *unconstrained* rule (constraint=None); its
+/// default constraint, "to_output_scale", gives both gradients the forward scale 1/sqrt(K)
+/// instead, because there a scale changes the computed value and the backward pass must stay the
+/// gradient of the scaled forward pass. Here a scale never changes a value, so every gradient can
+/// take its own.
+///
+///     auto [ga, gb] = matmul_vjp(g, a, b);   // g.b^T, a^T.g
+///
+/// y = a.b: ga = g.b^T, gb = a^T.g; for batched and 1-D operands as numpy's matmul (gradients of
+/// broadcast operands summed over the batches they were broadcast to).
+template <class Strategy = default_scaling, class Out = void, class G, class PG, class A, class PA, class B, class PB>
+[[nodiscard]] auto matmul_vjp(const ScaledArray<G, PG>& g, const ScaledArray<A, PA>& a, const ScaledArray<B, PB>& b)
+{
+    if (a.dimension() != 2 || b.dimension() != 2) return detail::batched_matmul_vjp<Strategy, Out>(g, a, b, true, true);
+    auto ga = detail::matmul_transposed_b<Strategy, Out>(g, b);  // g.b^T, b read transposed in place
+    auto gb = detail::matmul_transposed_a<Strategy, Out>(a, g);  // a^T.g
+    return vjp_pair<decltype(ga), decltype(gb)>{std::move(ga), std::move(gb)};
 }
 
 }  // namespace scalify

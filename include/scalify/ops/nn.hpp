@@ -8,11 +8,16 @@
 ///     auto p = softmax<unit_scaling>(logits, 1);      // data ~ unit RMS for unit-normal logits
 ///     auto lp = log_softmax<unit_scaling>(logits, 1);
 
+#include <scalify/ops/elementwise.hpp>
 #include <scalify/ops/reduce.hpp>
 
 #include <cmath>
+#include <concepts>
 #include <cstddef>
+#include <initializer_list>
 #include <limits>
+#include <ranges>
+#include <type_traits>
 #include <vector>
 
 namespace scalify {
@@ -95,6 +100,150 @@ template <class Strategy = default_scaling, class Out = void, class T, class P>
 {
     return detail::normalise_along<ops::log_softmax, Strategy, Out>(
         "log_softmax", a, axis, [](auto v, auto top, auto, auto log_total) { return (v - top) - log_total; });
+}
+
+// ---- backward rules -------------------------------------------------------------------------
+
+// ---- softmax ----------------------------------------------------------------------------------
+
+/// y = softmax(x, axis), given y: y * (g - sum_axis(g * y)), computed in one pass in compute_t
+/// and stored once (natural scale sg * sy). shape_error unless g and y have the same shape.
+template <class Strategy = default_scaling, class G, class PG, class Y, class PY>
+[[nodiscard]] auto softmax_vjp(const ScaledArray<G, PG>& g, const ScaledArray<Y, PY>& y, std::size_t axis)
+{
+    using C = std::common_type_t<compute_t<G>, compute_t<Y>>;
+    detail::require_same_shape("softmax_vjp", g, y);
+    const detail::axis_lanes lanes("softmax_vjp", y.shape(), axis);
+    const G* pg = g.data().data();
+    const Y* py = y.data().data();
+    const C sy = static_cast<C>(y.scale());
+    std::vector<C> raw(y.size());
+    lanes.for_each([&](std::size_t base, std::size_t stride) {
+        C dot = 0;  // sum g y in data units; its value is sg * sy * dot
+        for (std::size_t k = 0; k < lanes.length; ++k) dot += detail::load(pg[base + k * stride]) * detail::load(py[base + k * stride]);
+        for (std::size_t k = 0; k < lanes.length; ++k) {
+            const std::size_t i = base + k * stride;
+            raw[i] = detail::load(py[i]) * (detail::load(pg[i]) - sy * dot);  // value: sg sy raw
+        }
+    });
+    scale_request request;
+    request.natural = static_cast<float>(double(g.scale()) * double(y.scale()));
+    request.input_scales[0] = g.scale();
+    request.input_scales[1] = y.scale();
+    request.input_count = 2;
+    request.axis_length = lanes.length;
+    return detail::finish<ops::vjp<ops::softmax>, Strategy, common_policy_t<PG, PY>, G, C>(
+        "softmax_vjp", y.shape(), request, [&raw](std::size_t i) { return raw[i]; });
+}
+
+/// y = log_softmax(x, axis), given y: g - exp(y) * sum_axis(g), in one pass (natural scale sg).
+/// shape_error unless g and y have the same shape.
+template <class Strategy = default_scaling, class G, class PG, class Y, class PY>
+[[nodiscard]] ScaledArray<G, PG> log_softmax_vjp(const ScaledArray<G, PG>& g, const ScaledArray<Y, PY>& y, std::size_t axis)
+{
+    using C = std::common_type_t<compute_t<G>, compute_t<Y>>;
+    detail::require_same_shape("log_softmax_vjp", g, y);
+    const detail::axis_lanes lanes("log_softmax_vjp", y.shape(), axis);
+    const G* pg = g.data().data();
+    const Y* py = y.data().data();
+    const C sy = static_cast<C>(y.scale());
+    std::vector<C> raw(y.size());
+    lanes.for_each([&](std::size_t base, std::size_t stride) {
+        C total = 0;
+        for (std::size_t k = 0; k < lanes.length; ++k) total += detail::load(pg[base + k * stride]);
+        for (std::size_t k = 0; k < lanes.length; ++k) {
+            const std::size_t i = base + k * stride;
+            const C probability = std::exp(sy == C(0) ? C(0) : detail::load(py[i]) * sy);
+            raw[i] = detail::load(pg[i]) - probability * total;
+        }
+    });
+    scale_request request;
+    request.natural = g.scale();
+    request.input_scales[0] = g.scale();
+    request.input_scales[1] = y.scale();
+    request.input_count = 2;
+    request.axis_length = lanes.length;
+    return detail::finish<ops::vjp<ops::log_softmax>, Strategy, PG, G, C>("log_softmax_vjp", y.shape(), request,
+                                                                          [&raw](std::size_t i) { return raw[i]; });
+}
+
+// ---- loss -------------------------------------------------------------------------------------
+
+/// Mean softmax cross-entropy of logits (batch x classes) against integer labels, and its
+/// gradient with respect to the logits, (softmax - onehot) / batch, stored under
+/// ops::vjp<ops::softmax_cross_entropy>'s rule: natural scale 1 (the data are the gradient, as
+/// default_scaling keeps them); unit_scaling gives the expected RMS for unit-normal logits at the
+/// logits' scale, about 1 / (batch sqrt(classes)). The loss is computed in double, the gradient
+/// in double and stored as float.
+template <class T, class P>
+struct cross_entropy_result {
+    double loss = 0.0;
+    ScaledArray<float, P> grad;
+};
+
+namespace detail {
+/// A sized range of integers (not bool): class labels.
+template <class Labels>
+concept label_range = std::ranges::sized_range<Labels> && std::integral<std::ranges::range_value_t<Labels>> &&
+                      !std::same_as<std::remove_cv_t<std::ranges::range_value_t<Labels>>, bool>;
+}  // namespace detail
+
+/// Labels: any sized range of integers (std::vector<std::uint8_t>, std::vector<std::int32_t>,
+/// std::span<const std::int64_t>, ...), one per row; class counts up to the size_t range.
+/// shape_error for a label count that does not match the batch, or a label outside [0, classes)
+/// (the message names the label, its row and the class count).
+template <class Strategy = default_scaling, class T, class P, class Labels>
+    requires detail::label_range<Labels>
+[[nodiscard]] cross_entropy_result<T, P> softmax_cross_entropy(const ScaledArray<T, P>& logits, const Labels& labels)
+{
+    const auto label_count = static_cast<std::size_t>(std::ranges::size(labels));
+    if (logits.dimension() != 2 || logits.shape()[0] != label_count) {
+        SCALIFY_THROW(shape_error(fmt::format("softmax_cross_entropy: logits {} and {} labels do not match",
+                                              shape_string(logits.shape()), label_count)));
+    }
+    const std::size_t batch = logits.shape()[0], classes = logits.shape()[1];
+    std::vector<std::size_t> target(batch);
+    std::size_t row = 0;
+    for (const auto label : labels) {
+        const auto number = +label;  // promoted: character types print and compare as numbers
+        if (std::cmp_less(number, 0) || std::cmp_greater_equal(number, classes)) {
+            SCALIFY_THROW(shape_error(fmt::format("softmax_cross_entropy: label {} out of range for {} classes (row {})", number,
+                                                  classes, row)));
+        }
+        target[row++] = static_cast<std::size_t>(number);
+    }
+
+    const T* data = logits.data().data();
+    const double s = logits.scale();
+    const auto value = [&](std::size_t i) { return s == 0.0 ? 0.0 : static_cast<double>(detail::load(data[i])) * s; };
+    std::vector<double> top(batch, -std::numeric_limits<double>::infinity()), total(batch, 0.0);
+    double loss = 0.0;
+    for (std::size_t b = 0; b < batch; ++b) {
+        const std::size_t first = b * classes;
+        for (std::size_t c = 0; c < classes; ++c) top[b] = std::max(top[b], value(first + c));
+        for (std::size_t c = 0; c < classes; ++c) total[b] += std::exp(value(first + c) - top[b]);
+        loss += std::log(total[b]) + top[b] - value(first + target[b]);
+    }
+
+    scale_request request;
+    request.natural = 1.0f;
+    request.input_scales[0] = logits.scale();
+    request.axis_length = classes;
+    request.batch = batch;
+    auto grad = detail::finish<ops::vjp<ops::softmax_cross_entropy>, Strategy, P, float, double>(
+        "softmax_cross_entropy", std::vector<std::size_t>{batch, classes}, request, [&](std::size_t i) {
+            const std::size_t b = i / classes, c = i % classes;
+            const double p = std::exp(value(i) - top[b]) / total[b];
+            return (p - (c == target[b] ? 1.0 : 0.0)) / static_cast<double>(batch);
+        });
+    return {batch ? loss / static_cast<double>(batch) : 0.0, std::move(grad)};
+}
+
+/// softmax_cross_entropy(logits, {3, 1, 4}): labels as a braced list.
+template <class Strategy = default_scaling, class T, class P, std::integral Label>
+[[nodiscard]] cross_entropy_result<T, P> softmax_cross_entropy(const ScaledArray<T, P>& logits, std::initializer_list<Label> labels)
+{
+    return softmax_cross_entropy<Strategy>(logits, std::vector<Label>(labels));
 }
 
 }  // namespace scalify

@@ -205,4 +205,72 @@ template <class Strategy = default_scaling, class Out = void, class T, class P>
     return reduce_max<Strategy, Out>(a, detail::all_axes<T>(a.dimension()));
 }
 
+// ---- backward rules -------------------------------------------------------------------------
+
+namespace detail {
+
+/// g summed over the axes that broadcasting added or stretched, so it has `shape`, stored under
+/// Op's rule (contraction: the elements summed per output). shape_error if `shape` does not
+/// broadcast to g's shape.
+template <class Strategy, class Op = ops::reduce_sum, class T, class P, class Shape>
+[[nodiscard]] ScaledArray<T, P> unbroadcast(const ScaledArray<T, P>& g, const Shape& shape)
+{
+    const std::size_t rank = g.dimension();
+    bool fits = shape.size() <= rank;
+    const std::size_t lead = fits ? rank - shape.size() : 0;
+    std::vector<std::size_t> axes;
+    for (std::size_t d = 0; fits && d < rank; ++d) {
+        if (d < lead) {
+            axes.push_back(d);
+        } else if (shape[d - lead] != g.shape()[d]) {
+            fits = shape[d - lead] == 1;
+            axes.push_back(d);
+        }
+    }
+    if (!fits) {
+        SCALIFY_THROW(shape_error(fmt::format("vjp: operand shape {} does not broadcast to the cotangent's shape {}",
+                                              shape_string(shape), shape_string(g.shape()))));
+    }
+    if (axes.empty()) return g;
+    using C = compute_t<T>;
+    auto summed = reduce<Op, Strategy, T>("vjp", g, std::move(axes), C(0), sum_fn{});
+    return reshape(summed, std::vector<std::size_t>(shape.begin(), shape.end()));
+}
+
+}  // namespace detail
+
+// ---- reductions -------------------------------------------------------------------------------
+
+/// y = reduce_sum(x, axes): g broadcast back over the summed axes of `shape` (data and scale
+/// kept). shape_error for axes that are not distinct axes of `shape`.
+template <class G, class P, class Shape>
+[[nodiscard]] ScaledArray<G, P> reduce_sum_vjp(const ScaledArray<G, P>& g, const Shape& shape, std::vector<std::size_t> axes)
+{
+    const auto plan = detail::plan_reduction("reduce_sum_vjp", shape, std::move(axes));
+    std::vector<std::size_t> kept(shape.begin(), shape.end());
+    for (auto axis : plan.axes) kept[axis] = 1;
+    const auto reshaped = reshape(g, kept);
+    return ScaledArray<G, P>(xt::xarray<G>(xt::broadcast(reshaped.data(), std::vector<std::size_t>(shape.begin(), shape.end()))),
+                             g.scale());
+}
+
+/// y = reduce_mean(x, axes): g / N broadcast back over the averaged axes of `shape` (N elements
+/// per output): natural scale sg / N, data g's; unit_scaling keeps that (the data stay g's).
+template <class Strategy = default_scaling, class G, class P, class Shape>
+[[nodiscard]] ScaledArray<G, P> reduce_mean_vjp(const ScaledArray<G, P>& g, const Shape& shape, std::vector<std::size_t> axes)
+{
+    const auto plan = detail::plan_reduction("reduce_mean_vjp", shape, std::move(axes));
+    std::vector<std::size_t> kept(shape.begin(), shape.end());
+    for (auto axis : plan.axes) kept[axis] = 1;
+    const std::vector<std::size_t> full(shape.begin(), shape.end());
+    const xt::xarray<G> spread = xt::broadcast(reshape(g, kept).data(), full);
+    scale_request request;
+    request.natural = plan.count == 0 ? g.scale() : static_cast<float>(double(g.scale()) / double(plan.count));
+    request.input_scales[0] = g.scale();
+    request.single_values[0] = detail::single_magnitude(g);
+    const G* data = spread.data();
+    return detail::finish<ops::vjp<ops::reduce_mean>, Strategy, P, G, compute_t<G>>(
+        "reduce_mean_vjp", full, request, [data](std::size_t i) { return detail::load(data[i]); });
+}
+
 }  // namespace scalify

@@ -225,4 +225,19 @@ template <class T, class Shape>
 
 }  // namespace detail
 
+// ---- backward rules -------------------------------------------------------------------------
+
+/// The backward rules (vector-Jacobian products) sit beside the ops they differentiate: given
+/// the gradient g of a scalar loss with respect to an op's output (the cotangent, always the first
+/// argument) and the forward values they need, they return the gradients with respect to the op's
+/// inputs. Each stores its result under its own op tag, ops::vjp<Op, Input>
+/// (strategy/scaling.hpp), so the Strategy argument gives gradients their own scale rules;
+/// unit_scaling's keep unit-scale cotangents at unit scale (docs/ops.md). Two-input rules return
+/// a vjp_pair.
+template <class GA, class GB>
+struct vjp_pair {
+    GA first;   ///< gradient with respect to the first input
+    GB second;  ///< gradient with respect to the second input
+};
+
 }  // namespace scalify

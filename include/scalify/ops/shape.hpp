@@ -172,4 +172,57 @@ template <class Strategy = default_scaling, class T, class P>
     return concatenate<Strategy>(std::vector<ScaledArray<T, P>>(parts), axis);
 }
 
+// ---- backward rules -------------------------------------------------------------------------
+
+namespace detail {
+
+/// a with its last two axes swapped (a copy).
+template <class T, class P>
+[[nodiscard]] ScaledArray<T, P> swap_last_axes(const ScaledArray<T, P>& a)
+{
+    std::vector<std::size_t> perm(a.dimension());
+    for (std::size_t d = 0; d < perm.size(); ++d) perm[d] = d;
+    std::swap(perm[perm.size() - 2], perm[perm.size() - 1]);
+    return transpose(a, std::move(perm));
+}
+
+}  // namespace detail
+
+// ---- layout -----------------------------------------------------------------------------------
+
+/// y = transpose(x): transpose(g). y = reshape(x, ...): g reshaped to x's shape.
+template <class G, class P>
+[[nodiscard]] ScaledArray<G, P> transpose_vjp(const ScaledArray<G, P>& g)
+{
+    return transpose(g);
+}
+template <class G, class P, class Shape>
+[[nodiscard]] ScaledArray<G, P> reshape_vjp(const ScaledArray<G, P>& g, const Shape& shape)
+{
+    return reshape(g, std::vector<std::size_t>(shape.begin(), shape.end()));
+}
+
+/// y = concatenate(parts, axis), given each part's extent along `axis`: g cut back into the
+/// parts' pieces, each a slice of g (data and scale kept). shape_error unless the extents add up
+/// to g's extent along `axis`.
+template <class G, class P>
+[[nodiscard]] std::vector<ScaledArray<G, P>> concatenate_vjp(const ScaledArray<G, P>& g, const std::vector<std::size_t>& extents,
+                                                             std::size_t axis)
+{
+    std::size_t total = 0;
+    for (auto extent : extents) total += extent;
+    if (axis >= g.dimension() || total != g.shape()[axis]) {
+        SCALIFY_THROW(shape_error(fmt::format("concatenate_vjp: part extents {} along axis {} do not make up the cotangent's shape {}",
+                                              shape_string(extents), axis, shape_string(g.shape()))));
+    }
+    std::vector<ScaledArray<G, P>> parts;
+    parts.reserve(extents.size());
+    std::size_t first = 0;
+    for (auto extent : extents) {
+        parts.push_back(slice(g, axis, first, first + extent));
+        first += extent;
+    }
+    return parts;
+}
+
 }  // namespace scalify

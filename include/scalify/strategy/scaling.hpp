@@ -54,7 +54,7 @@ struct rms_norm {};     ///< normalised to unit RMS along the last axis: natural
 struct embedding {};    ///< rows of a table gathered (keeps the table's scale); its vjp scatter-adds
 struct causal_mask {};  ///< future positions set to -inf (keeps the scale); its vjp zeroes them
 
-/// The gradient with respect to input `Input` of Op, as its VJP (train/backward.hpp) stores it.
+/// The gradient with respect to input `Input` of Op, as its VJP (beside the op in ops/*.hpp) stores it.
 /// Gradients have tags of their own so that a strategy, or a specialisation of
 /// scaling_traits<ops::vjp<Op, Input>, S>, can give them their own scale. (matmul_vjp's products
 /// are matmuls and keep the matmul tag.)
