@@ -149,7 +149,7 @@ int train(const options& opt, const mode& m)
             for (std::size_t i = 0; i < local_batch; ++i) y[i] = train_set.labels[order[mine + i]];
             if (epoch == 1 && steps == 0 && m.gradient != dtype::float32 && speaker) {
                 const dist::reduction_scope alone(dist::single_process_reducer());  // rank 0's rows, told by rank 0
-                ad::detail::with_dtype(m.gradient, [&]<class G>() { print_gradient_diagnostics<G>(params, x, y, opt, m); });
+                visit_dtype(m.gradient, [&]<class G>() { print_gradient_diagnostics<G>(params, x, y, opt, m); });
             }
             if (autoscaled && epoch == opt.epochs && first + 2 * batch > order.size()) autoscaling.final_check();
             loss_sum += train_step<Strategy>(params, x, y, opt.loss_weight, optimizer, context, &parallel) / opt.loss_weight;

@@ -5,6 +5,7 @@
 /// The runtime autocast layer (<scalify/amp/policy.hpp>) works on it, since a scope that turns
 /// low precision on or off at run time cannot change a C++ type.
 
+#include <scalify/numeric/dtype.hpp>
 #include <scalify/ops/elementwise.hpp>
 #include <scalify/scaled_array.hpp>
 
@@ -13,57 +14,6 @@
 #include <variant>
 
 namespace scalify {
-
-enum class dtype { float32, float16, bfloat16, float8_e4m3fn, float8_e5m2 };
-
-[[nodiscard]] constexpr std::string_view to_string(dtype t) noexcept
-{
-    switch (t) {
-    case dtype::float32: return "float32";
-    case dtype::float16: return "float16";
-    case dtype::bfloat16: return "bfloat16";
-    case dtype::float8_e4m3fn: return "float8_e4m3fn";
-    case dtype::float8_e5m2: return "float8_e5m2";
-    }
-    return "?";
-}
-
-template <class T>
-inline constexpr bool is_runtime_dtype_v = false;
-template <> inline constexpr bool is_runtime_dtype_v<float> = true;
-template <> inline constexpr bool is_runtime_dtype_v<Eigen::half> = true;
-template <> inline constexpr bool is_runtime_dtype_v<Eigen::bfloat16> = true;
-template <> inline constexpr bool is_runtime_dtype_v<float8_e4m3fn> = true;
-template <> inline constexpr bool is_runtime_dtype_v<float8_e5m2> = true;
-
-/// The element types any_scaled_array can hold.
-template <class T>
-concept RuntimeDtype = is_runtime_dtype_v<T>;
-
-template <RuntimeDtype T>
-inline constexpr dtype dtype_of = std::same_as<T, float>             ? dtype::float32
-                                  : std::same_as<T, Eigen::half>     ? dtype::float16
-                                  : std::same_as<T, Eigen::bfloat16> ? dtype::bfloat16
-                                  : std::same_as<T, float8_e4m3fn>   ? dtype::float8_e4m3fn
-                                                                     : dtype::float8_e5m2;
-
-namespace detail {
-
-/// f.template operator()<T>() for the element type T that `type` names.
-template <class F>
-decltype(auto) with_dtype(dtype type, F&& f)
-{
-    switch (type) {
-    case dtype::float16: return std::forward<F>(f).template operator()<Eigen::half>();
-    case dtype::bfloat16: return std::forward<F>(f).template operator()<Eigen::bfloat16>();
-    case dtype::float8_e4m3fn: return std::forward<F>(f).template operator()<float8_e4m3fn>();
-    case dtype::float8_e5m2: return std::forward<F>(f).template operator()<float8_e5m2>();
-    case dtype::float32: break;
-    }
-    return std::forward<F>(f).template operator()<float>();
-}
-
-}  // namespace detail
 
 template <ScalePolicy Policy = float_scale>
 class any_scaled_array {

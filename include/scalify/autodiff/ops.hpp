@@ -671,7 +671,7 @@ template <class X, class Y>
     }
     // The product is a var<R> whatever F is, so the two dispatches run one after the other (5 + 5
     // instantiations per call site, not 5 x 5).
-    auto product = scalify::detail::with_dtype(precision.forward, [&]<class F>() {
+    auto product = scalify::visit_dtype(precision.forward, [&]<class F>() {
         if constexpr (std::same_as<F, float>) return detail::recorded_matmul<R>(a, b);
         // The gradient products too are stored as R, the type they have without the scope: an
         // fp16 cotangent times an fp16 operand stored in fp16 overflowed to inf where a product
@@ -680,7 +680,7 @@ template <class X, class Y>
         else return detail::recorded_matmul<R, R>(detail::recipe_cast<F>(a, precision.scaling),
                                                   detail::recipe_cast<F>(b, precision.scaling));
     });
-    return scalify::detail::with_dtype(precision.gradient, [&]<class G>() {
+    return scalify::visit_dtype(precision.gradient, [&]<class G>() {
         if constexpr (std::same_as<G, float>) return product;
         else return detail::recipe_cast_grad<G>(product, precision.scaling);
     });

@@ -109,7 +109,7 @@ public:
         const bool wide = m_inference ? r.analysis_measurements == 0 : begin_use(r);
         auto compute = cast_compute(x);
         if (wide) return m_inference ? unrecorded_analysis(r, compute) : analyse(r, compute);
-        return scalify::detail::with_dtype(to, [&]<class To>() -> any_scaled_array<Policy> { return held_cast<To>(r, x); });
+        return scalify::visit_dtype(to, [&]<class To>() -> any_scaled_array<Policy> { return held_cast<To>(r, x); });
     }
     template <ScaledElement T>
     [[nodiscard]] any_scaled_array<Policy> scale(std::string_view name, const ScaledArray<T, Policy>& x, dtype to)
@@ -139,7 +139,7 @@ public:
     [[nodiscard]] any_scaled_array<Policy> unscale(const any_scaled_array<Policy>& y, dtype to = dtype::float32) const
     {
         const xt::xarray<float> value = y.value();
-        return scalify::detail::with_dtype(to, [&]<class T>() -> any_scaled_array<Policy> {
+        return scalify::visit_dtype(to, [&]<class T>() -> any_scaled_array<Policy> {
             return detail::saturating_cast<T>(ScaledArray<float, Policy>(value, 1.0f));
         });
     }
@@ -168,7 +168,7 @@ public:
         op_record& r = m_ops[checked(op)];
         if (m_inference && r.analysis_measurements == 0) return unrecorded_analysis(r, compute);
         if (!m_inference && begin_use(r)) return analyse(r, compute);
-        return scalify::detail::with_dtype(out, [&]<class T>() -> any_scaled_array<Policy> {
+        return scalify::visit_dtype(out, [&]<class T>() -> any_scaled_array<Policy> {
             if (m_inference) return held<T>(r, compute).first;
             return low_precision<T>(r, compute);
         });
