@@ -373,6 +373,43 @@ TEST_CASE("gemm equals a loop of gemm_dot (the reference chain) for every pair, 
     check_gemm_against_dot<tc::h100_hmma_chain, Eigen::bfloat16, Eigen::bfloat16>(4, 70, 9, 10, true);
 }
 
+namespace {
+
+/// gemm_into over float32 copies of the operands, read on their formats' grids (the recipe's
+/// path), against gemm<Model> over the typed operands, bit for bit.
+template <class Model, class TA, class TB>
+void check_gemm_on_grid(std::size_t m, std::size_t k, std::size_t n, unsigned seed, bool specials)
+{
+    std::mt19937 rng(seed);
+    const auto a = random_matrix<TA>(m, k, rng, specials);
+    const auto b = random_matrix<TB>(k, n, rng, specials);
+    const xt::xarray<float> want = tc::gemm<Model>(a, b);
+    const xt::xarray<float> a_values = xt::cast<float>(a), b_values = xt::cast<float>(b);
+    std::vector<float> got(m * n, -1.0f);
+    tc::detail::gemm_into_on_grid<Model>(a_values.data(), dtype_of<TA>, b_values.data(), dtype_of<TB>, m, k, n, got.data());
+    std::size_t mismatches = 0;
+    for (std::size_t i = 0; i < m * n; ++i) mismatches += bits(got[i]) == bits(want.data()[i]) ? 0 : 1;
+    INFO(Model::name << " " << m << "x" << k << "x" << n << " seed " << seed << (specials ? " with NaN/inf" : ""));
+    CHECK(mismatches == 0);
+}
+
+}  // namespace
+
+TEST_CASE("gemm over float32 values on the operands' grids equals gemm over the operands", "[tensor_core][gemm]")
+{
+    check_gemm_on_grid<tc::h100_cublaslt_fp8, float8_e4m3fn, float8_e5m2>(7, 300, 45, 11, false);
+    check_gemm_on_grid<tc::h100_cublaslt_fp8_fast, float8_e5m2, float8_e5m2>(6, 200, 40, 12, true);
+    check_gemm_on_grid<tc::h100_cublaslt_fp8, float8_e4m3fn, float8_e4m3fn>(6, 200, 40, 13, true);
+    check_gemm_on_grid<tc::h100_hmma_chain, Eigen::half, Eigen::half>(5, 50, 37, 14, true);
+    check_gemm_on_grid<tc::h100_hmma_chain, Eigen::bfloat16, Eigen::bfloat16>(4, 70, 9, 15, true);  // reference engine
+    check_gemm_on_grid<tc::h100_hmma_chain, Eigen::bfloat16, Eigen::bfloat16>(4, 70, 9, 16, false);
+    // A pair the model does not take: config_error naming both formats.
+    std::vector<float> x(4, 1.0f), out(4);
+    CHECK_THROWS_AS(tc::detail::gemm_into_on_grid<tc::h100_cublaslt_fp8>(x.data(), dtype::float8_e4m3fn, x.data(),
+                                                                           dtype::float16, 2, 2, 2, out.data()),
+                    config_error);
+}
+
 TEST_CASE("bf16 gemm runs the lanes where the data keep results in float32's normal range", "[tensor_core][gemm]")
 {
     std::mt19937 rng(12);

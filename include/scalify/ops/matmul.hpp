@@ -18,6 +18,7 @@
 ///     tensor_core::accumulation_scope<> scope("h100");                 // untagged calls here
 
 #include <scalify/detail/parallel.hpp>
+#include <scalify/numeric/dtype.hpp>
 #include <scalify/ops/reduce.hpp>
 #include <scalify/ops/result.hpp>
 #include <scalify/ops/shape.hpp>
@@ -167,14 +168,67 @@ template <class A, class PA, class B, class PB>
     return request;
 }
 
+/// The formats whose grids a product's float32 operands lie on: a matmul_precision_scope's
+/// operands after their casts, held as float32 values (exact), so that the recipe compiles one
+/// product body whatever its formats. float32: plain float32 data. Only a tensor-core model's
+/// accumulation depends on them (it reads the operands as those types); Eigen's path multiplies
+/// the values.
+struct operand_grids {
+    dtype a = dtype::float32;
+    dtype b = dtype::float32;
+};
+
+/// The Gemm of a product whose float32 operands lie on operand_grids, under accumulation model
+/// Model: the GEMM model operand_gemm picks for the grids' types, chosen at run time, so the
+/// product's body is compiled once per accumulation model, not once per pair of formats.
+template <tensor_core::GemmModel Model>
+struct on_grid {
+    using model = Model;
+};
+template <class Gemm>
+inline constexpr bool is_on_grid = false;
+template <class Model>
+inline constexpr bool is_on_grid<on_grid<Model>> = true;
+
+/// Whether accumulation model Model has a GEMM model for the grids' pair of formats (else the
+/// product is exact float32, as for the typed operands).
+template <tensor_core::AccumulationModel Model>
+[[nodiscard]] bool models_grids(operand_grids grids)
+{
+    return scalify::visit_dtype(grids.a, [&]<class TA>() {
+        return scalify::visit_dtype(grids.b, [&]<class TB>() { return !std::is_void_v<tensor_core::operand_gemm_t<Model, TA, TB>>; });
+    });
+}
+
+/// out = the product of float32 operands on `grids` as Model's GEMM model for them computes it.
+template <tensor_core::AccumulationModel Model>
+void gemm_on_grids(const float* a, const float* b, operand_grids grids, std::size_t m, std::size_t k, std::size_t n,
+                   float* out)
+{
+    scalify::visit_dtype(grids.a, [&]<class TA>() {
+        scalify::visit_dtype(grids.b, [&]<class TB>() {
+            using Gemm = tensor_core::operand_gemm_t<Model, TA, TB>;
+            if constexpr (std::is_void_v<Gemm>) {
+                SCALIFY_THROW(config_error(fmt::format("matmul: {} has no GEMM model for {} x {}", Model::name,
+                                                       to_string(grids.a), to_string(grids.b))));
+            } else {
+                tensor_core::detail::gemm_into_on_grid<Gemm, TA, TB>(a, b, m, k, n, out);
+            }
+        });
+    });
+}
+
 /// Gemm over row-major M x K and K x N operands, transposing a stored-transposed one first.
 template <class Gemm, bool TransposeA, bool TransposeB, class A, class B, class R>
-void gemm_row_major(const xt::xarray<A>& a, const xt::xarray<B>& b, std::size_t m, std::size_t k, std::size_t n, R* out)
+void gemm_row_major(const xt::xarray<A>& a, const xt::xarray<B>& b, std::size_t m, std::size_t k, std::size_t n, R* out,
+                    operand_grids grids)
 {
     if constexpr (TransposeA) {
-        gemm_row_major<Gemm, false, TransposeB>(transposed_copy(a), b, m, k, n, out);
+        gemm_row_major<Gemm, false, TransposeB>(transposed_copy(a), b, m, k, n, out, grids);
     } else if constexpr (TransposeB) {
-        gemm_row_major<Gemm, false, false>(a, transposed_copy(b), m, k, n, out);
+        gemm_row_major<Gemm, false, false>(a, transposed_copy(b), m, k, n, out, grids);
+    } else if constexpr (is_on_grid<Gemm>) {
+        gemm_on_grids<typename Gemm::model>(a.data(), b.data(), grids, m, k, n, out);
     } else {
         tensor_core::detail::gemm_into<Gemm>(a.data(), b.data(), m, k, n, out);
     }
@@ -266,7 +320,8 @@ template <bool NeedsAmax, class R, class C, ScalePolicy P, bool TransposeA, bool
 /// transposed (a is K x M, b is N x K); the backward pass's products g.b^T and a^T.g use this.
 template <bool NeedsAmax, class Out, class Gemm, bool TransposeA = false, bool TransposeB = false, class A, class PA,
           class B, class PB, class Buffer>
-[[nodiscard]] auto matmul_with(const ScaledArray<A, PA>& a, const ScaledArray<B, PB>& b, scale_rule rule, Buffer&& buffer)
+[[nodiscard]] auto matmul_with(const ScaledArray<A, PA>& a, const ScaledArray<B, PB>& b, scale_rule rule, Buffer&& buffer,
+                               operand_grids grids = {})
 {
     using C = std::common_type_t<compute_t<A>, compute_t<B>>;
     using R = detail::out_or_t<Out, promote_t<A, B>>;
@@ -294,7 +349,7 @@ template <bool NeedsAmax, class Out, class Gemm, bool TransposeA = false, bool T
             if (scale == 0.0f || request.natural == 0.0f) {
                 std::fill_n(out, m * n, R(0));
             } else {
-                gemm_row_major<Gemm, TransposeA, TransposeB>(a.data(), b.data(), m, k, n, out);
+                gemm_row_major<Gemm, TransposeA, TransposeB>(a.data(), b.data(), m, k, n, out, grids);
                 const auto alpha = static_cast<C>(double(request.natural) / double(scale));
                 if (alpha != C(1))
                     for (std::size_t i = 0; i < m * n; ++i) out[i] *= alpha;
@@ -303,10 +358,19 @@ template <bool NeedsAmax, class Out, class Gemm, bool TransposeA = false, bool T
         } else {
             std::vector<float>& product = model_product_buffer();
             if (product.size() < m * n) product.resize(m * n);
-            gemm_row_major<Gemm, TransposeA, TransposeB>(a.data(), b.data(), m, k, n, product.data());
+            gemm_row_major<Gemm, TransposeA, TransposeB>(a.data(), b.data(), m, k, n, product.data(), grids);
             return finish_matmul<NeedsAmax, R, C, P>(shape, request, rule, product.data());
         }
     }
+}
+
+/// f.template operator()<Gemm>() with on_grid<Model> where Model has a GEMM model for the grids'
+/// formats, else void (exact float32).
+template <tensor_core::AccumulationModel Model, class F>
+decltype(auto) with_grid_gemm(operand_grids grids, F&& f)
+{
+    if (models_grids<Model>(grids)) return std::forward<F>(f).template operator()<on_grid<Model>>();
+    return std::forward<F>(f).template operator()<void>();
 }
 
 /// f.template operator()<Gemm>() with the Gemm of the calling thread's
@@ -314,11 +378,23 @@ template <bool NeedsAmax, class Out, class Gemm, bool TransposeA = false, bool T
 /// pairs no model covers). Read once on the calling thread: the setting is thread-local, and the
 /// batched product's workers must use the caller's.
 template <class A, class B, class F>
-decltype(auto) with_current_gemm(F&& f)
+decltype(auto) with_current_gemm(F&& f, operand_grids grids = {})
 {
     using h100 = tensor_core::operand_gemm_t<tensor_core::h100_cublaslt_fp8, A, B>;
     using h100_fast = tensor_core::operand_gemm_t<tensor_core::h100_cublaslt_fp8_fast, A, B>;
-    if constexpr (std::is_void_v<h100> && std::is_void_v<h100_fast>) {
+    if constexpr (std::same_as<A, float> && std::same_as<B, float>) {
+        // Float32 operands on narrow grids: the model of the grids' types.
+        if (grids.a != dtype::float32 || grids.b != dtype::float32) {
+            switch (tensor_core::current_accumulation()) {
+            case tensor_core::accumulation::h100:
+                return with_grid_gemm<tensor_core::h100_cublaslt_fp8>(grids, std::forward<F>(f));
+            case tensor_core::accumulation::h100_fast:
+                return with_grid_gemm<tensor_core::h100_cublaslt_fp8_fast>(grids, std::forward<F>(f));
+            case tensor_core::accumulation::exact: break;
+            }
+        }
+        return std::forward<F>(f).template operator()<void>();
+    } else if constexpr (std::is_void_v<h100> && std::is_void_v<h100_fast>) {
         return std::forward<F>(f).template operator()<void>();
     } else {
         switch (tensor_core::current_accumulation()) {
@@ -334,11 +410,13 @@ decltype(auto) with_current_gemm(F&& f)
 template <bool NeedsAmax, class Out, bool TransposeA = false, bool TransposeB = false, class A, class PA, class B,
           class PB, class Buffer = no_buffer>
 [[nodiscard]] auto matmul_scoped(const ScaledArray<A, PA>& a, const ScaledArray<B, PB>& b, scale_rule rule,
-                                 Buffer&& buffer = {})
+                                 Buffer&& buffer = {}, operand_grids grids = {})
 {
-    return with_current_gemm<A, B>([&]<class Gemm>() {
-        return matmul_with<NeedsAmax, Out, Gemm, TransposeA, TransposeB>(a, b, rule, std::forward<Buffer>(buffer));
-    });
+    return with_current_gemm<A, B>(
+        [&]<class Gemm>() {
+            return matmul_with<NeedsAmax, Out, Gemm, TransposeA, TransposeB>(a, b, rule, std::forward<Buffer>(buffer), grids);
+        },
+        grids);
 }
 
 /// The shapes of numpy's matmul: operands (..., M, K) and (..., K, N), their leading (batch)
@@ -443,7 +521,8 @@ template <bool NeedsAmax, class R, class C, ScalePolicy P>
 /// second operand every batch multiplies the same matrix: the batches' rows form one 2-D product
 /// (a linear layer over a batch of sequences is one GEMM).
 template <bool NeedsAmax, class Out, class Gemm, class A, class PA, class B, class PB>
-[[nodiscard]] auto batched_matmul_with(const ScaledArray<A, PA>& a, const ScaledArray<B, PB>& b, scale_rule rule)
+[[nodiscard]] auto batched_matmul_with(const ScaledArray<A, PA>& a, const ScaledArray<B, PB>& b, scale_rule rule,
+                                       operand_grids grids = {})
 {
     using C = std::common_type_t<compute_t<A>, compute_t<B>>;
     using R = detail::out_or_t<Out, promote_t<A, B>>;
@@ -454,7 +533,7 @@ template <bool NeedsAmax, class Out, class Gemm, class A, class PA, class B, cla
         std::optional<ScaledArray<B, PB>> column;  // a 1-D b as a (K, 1) matrix
         if (s.b_vector) column = with_shape(b, {k, 1});
         const auto rows = with_shape(a, {batches * m, k});
-        return with_shape(matmul_with<NeedsAmax, Out, Gemm>(rows, column ? *column : b, rule, no_buffer{}), s.out);
+        return with_shape(matmul_with<NeedsAmax, Out, Gemm>(rows, column ? *column : b, rule, no_buffer{}, grids), s.out);
     }
     const scale_request request = matmul_request(a, b, k);
     if constexpr (std::is_void_v<Gemm>) {
@@ -471,7 +550,7 @@ template <bool NeedsAmax, class Out, class Gemm, class A, class PA, class B, cla
             std::copy_n(b.data().data() + s.operand_batch(s.b_batch, t) * k * n, k * n, bt.data());
             const auto product =
                 matmul_with<false, C, Gemm>(ScaledArray<A, PA>(std::move(at), 1.0f), ScaledArray<B, PB>(std::move(bt), 1.0f),
-                                            matmul_rule<natural_scaling, common_policy_t<PA, PB>>(), no_buffer{});
+                                            matmul_rule<natural_scaling, common_policy_t<PA, PB>>(), no_buffer{}, grids);
             std::copy_n(product.data().data(), m * n, raw.data() + t * m * n);
         });
         return finish_matmul<NeedsAmax, R, C, P>(s.out, request, rule, raw.data());
@@ -480,14 +559,27 @@ template <bool NeedsAmax, class Out, class Gemm, class A, class PA, class B, cla
 
 /// a.b^T and a^T.b without materialising the transpose (matmul_vjp's two products).
 template <class Strategy = default_scaling, class Out = void, class A, class PA, class B, class PB>
-[[nodiscard]] auto matmul_transposed_b(const ScaledArray<A, PA>& a, const ScaledArray<B, PB>& b)
+[[nodiscard]] auto matmul_transposed_b(const ScaledArray<A, PA>& a, const ScaledArray<B, PB>& b, operand_grids grids = {})
 {
-    return matmul_scoped<needs_amax_v<Strategy>, Out, false, true>(a, b, matmul_rule<Strategy, common_policy_t<PA, PB>>());
+    return matmul_scoped<needs_amax_v<Strategy>, Out, false, true>(a, b, matmul_rule<Strategy, common_policy_t<PA, PB>>(),
+                                                                    no_buffer{}, grids);
 }
 template <class Strategy = default_scaling, class Out = void, class A, class PA, class B, class PB>
-[[nodiscard]] auto matmul_transposed_a(const ScaledArray<A, PA>& a, const ScaledArray<B, PB>& b)
+[[nodiscard]] auto matmul_transposed_a(const ScaledArray<A, PA>& a, const ScaledArray<B, PB>& b, operand_grids grids = {})
 {
-    return matmul_scoped<needs_amax_v<Strategy>, Out, true, false>(a, b, matmul_rule<Strategy, common_policy_t<PA, PB>>());
+    return matmul_scoped<needs_amax_v<Strategy>, Out, true, false>(a, b, matmul_rule<Strategy, common_policy_t<PA, PB>>(),
+                                                                    no_buffer{}, grids);
+}
+
+/// numpy's matmul of operands on `grids` (see operand_grids), as scalify::matmul without a buffer.
+template <class Strategy, class Out, class A, class PA, class B, class PB>
+[[nodiscard]] auto matmul_on_grids(const ScaledArray<A, PA>& a, const ScaledArray<B, PB>& b, operand_grids grids)
+{
+    constexpr bool needs_amax = needs_amax_v<Strategy>;
+    const auto rule = matmul_rule<Strategy, common_policy_t<PA, PB>>();
+    if (a.dimension() == 2 && b.dimension() == 2) return matmul_scoped<needs_amax, Out>(a, b, rule, no_buffer{}, grids);
+    return with_current_gemm<A, B>(
+        [&]<class Gemm>() { return batched_matmul_with<needs_amax, Out, Gemm>(a, b, rule, grids); }, grids);
 }
 
 }  // namespace detail
@@ -541,9 +633,16 @@ namespace detail {
 /// operand broadcast over batches gets the batches' gradients summed back (unbroadcast, whose
 /// rule adds that sum to the product's contraction). With a 2-D second operand the batches' rows
 /// form one 2-D product each way, as in the forward pass.
+/// The formats of matmul_vjp's three arrays (see operand_grids).
+struct vjp_grids {
+    dtype g = dtype::float32;
+    dtype a = dtype::float32;
+    dtype b = dtype::float32;
+};
+
 template <class Strategy, class Out, class G, class PG, class A, class PA, class B, class PB>
 [[nodiscard]] auto batched_matmul_vjp(const ScaledArray<G, PG>& g, const ScaledArray<A, PA>& a, const ScaledArray<B, PB>& b,
-                                      bool need_a, bool need_b)
+                                      bool need_a, bool need_b, vjp_grids grids = {})
 {
     const batched_shapes s(a.shape(), b.shape());
     if (!std::equal(g.shape().begin(), g.shape().end(), s.out.begin(), s.out.end())) {
@@ -561,8 +660,11 @@ template <class Strategy, class Out, class G, class PG, class A, class PA, class
     if (s.b_batch.empty()) {
         const std::size_t rows = s.batch_count() * m;
         const auto g_rows = with_shape(g, {rows, n});
-        if (need_a) result.first = with_shape(matmul_transposed_b<Strategy, Out>(g_rows, matrix_b), a_shape);
-        if (need_b) result.second = with_shape(matmul_transposed_a<Strategy, Out>(with_shape(a, {rows, k}), g_rows), b_shape);
+        if (need_a) result.first = with_shape(matmul_transposed_b<Strategy, Out>(g_rows, matrix_b, {grids.g, grids.b}), a_shape);
+        if (need_b) {
+            result.second =
+                with_shape(matmul_transposed_a<Strategy, Out>(with_shape(a, {rows, k}), g_rows, {grids.a, grids.g}), b_shape);
+        }
         return result;
     }
     std::vector<std::size_t> g_full = s.batch;
@@ -571,14 +673,14 @@ template <class Strategy, class Out, class G, class PG, class A, class PA, class
     if (need_a) {
         std::vector<std::size_t> own = s.a_batch;
         own.insert(own.end(), {m, k});
-        const auto full = matmul<Strategy, Out>(g_matrices, swap_last_axes(matrix_b));
+        const auto full = matmul_on_grids<Strategy, Out>(g_matrices, swap_last_axes(matrix_b), {grids.g, grids.b});
         result.first = with_shape(unbroadcast<Strategy>(full, own), a_shape);
     }
     if (need_b) {
         const auto matrix_a = s.a_vector ? with_shape(a, {1, k}) : a;
         std::vector<std::size_t> own = s.b_batch;
         own.insert(own.end(), {k, n});
-        const auto full = matmul<Strategy, Out>(swap_last_axes(matrix_a), g_matrices);
+        const auto full = matmul_on_grids<Strategy, Out>(swap_last_axes(matrix_a), g_matrices, {grids.a, grids.g});
         result.second = with_shape(unbroadcast<Strategy>(full, own), b_shape);
     }
     return result;

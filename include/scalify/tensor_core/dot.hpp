@@ -100,11 +100,20 @@ template <EncodedFloat T>
 using operand_reader = void (*)(const void* data, std::size_t first, std::size_t count, std::size_t stride,
                                 operand* out) noexcept;
 
-template <EncodedFloat T>
+/// An operand of type T stored as Stored: T itself, or a float32 value on T's grid (a recipe's
+/// operand after its cast), which converts to T exactly.
+template <EncodedFloat T, class Stored>
+[[nodiscard]] constexpr T stored_as(const Stored& x) noexcept
+{
+    if constexpr (std::same_as<Stored, T>) return x;
+    else return T(x);
+}
+
+template <EncodedFloat T, class Stored = T>
 void read_operands(const void* data, std::size_t first, std::size_t count, std::size_t stride, operand* out) noexcept
 {
-    const T* x = static_cast<const T*>(data) + first;
-    for (std::size_t i = 0; i < count; ++i) out[i] = decompose(x[i * stride]);
+    const Stored* x = static_cast<const Stored*>(data) + first;
+    for (std::size_t i = 0; i < count; ++i) out[i] = decompose(stored_as<T>(x[i * stride]));
 }
 
 /// Operands of some element type, read through its reader.

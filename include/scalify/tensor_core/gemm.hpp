@@ -19,6 +19,7 @@
 
 #include <scalify/detail/parallel.hpp>
 #include <scalify/error.hpp>
+#include <scalify/numeric/dtype.hpp>
 #include <scalify/scaled_array.hpp>
 #include <scalify/tensor_core/dot.hpp>
 #include <scalify/tensor_core/model.hpp>
@@ -220,14 +221,14 @@ struct lane_run {
 using lane_reader = lane_run (*)(const void* data, std::size_t first, std::size_t count, float* value,
                                  std::int16_t* exponent, unsigned char* special) noexcept;
 
-template <EncodedFloat T, bool TrackRange>
+template <EncodedFloat T, bool TrackRange, class Stored = T>
 lane_run read_lane_operands(const void* data, std::size_t first, std::size_t count, float* value,
                             std::int16_t* exponent, unsigned char* special) noexcept
 {
-    const T* x = static_cast<const T*>(data) + first;
+    const Stored* x = static_cast<const Stored*>(data) + first;
     lane_run run;
     for (std::size_t i = 0; i < count; ++i) {
-        const lane_operand o = lane_decode(x[i]);
+        const lane_operand o = lane_decode(stored_as<T>(x[i]));
         value[i] = o.value;
         exponent[i] = o.exponent;
         run.special = run.special || o.special;
@@ -253,6 +254,13 @@ template <bool TrackRange, EncodedFloat T>
 [[nodiscard]] gemm_operand gemm_operand_of(const T* data) noexcept
 {
     return {data, &read_lane_operands<T, TrackRange>, &read_operands<T>};
+}
+
+/// An operand of type T held as float32 values on T's grid.
+template <EncodedFloat T, bool TrackRange>
+[[nodiscard]] gemm_operand gemm_operand_on_grid(const float* data) noexcept
+{
+    return {data, &read_lane_operands<T, TrackRange, float>, &read_operands<T, float>};
 }
 
 /// One row of A against one block of columns: the whole chain along K, lane by lane.
@@ -436,6 +444,46 @@ void gemm_into(const TA* a, const TB* b, std::size_t m, std::size_t k, std::size
         if (gemm_lanes<Model>(a, b, m, k, n, out)) return;
     }
     gemm_reference<Model>(operands_of(a), operands_of(b), m, k, n, out);
+}
+
+/// gemm_into over float32 operands on the grids of TA and TB (a recipe's operands after their
+/// casts): the bits gemm_into gives for the operands stored as TA and TB.
+template <GemmModel Model, class TA, class TB>
+void gemm_into_on_grid(const float* a, const float* b, std::size_t m, std::size_t k, std::size_t n, float* out)
+{
+    static_assert(Model::instruction::template takes<TA, TB>, "the model's instruction does not take these operands");
+    if (m == 0 || n == 0) return;
+    if (k == 0) {
+        std::fill_n(out, m * n, 0.0f);
+        return;
+    }
+    using fit = lane_fit<typename Model::instruction, TA, TB>;
+    if constexpr (fit::usable) {
+        constexpr bool check_range = !fit::always_in_range;
+        if (gemm_lanes<Model>(gemm_operand_on_grid<TA, check_range>(a), gemm_operand_on_grid<TB, check_range>(b), check_range,
+                              m, k, n, out))
+            return;
+    }
+    gemm_reference<Model>({a, &read_operands<TA, float>}, {b, &read_operands<TB, float>}, m, k, n, out);
+}
+
+/// gemm_into_on_grid for formats chosen at run time; config_error if the model's instruction does
+/// not take that pair.
+template <GemmModel Model>
+void gemm_into_on_grid(const float* a, dtype a_type, const float* b, dtype b_type, std::size_t m, std::size_t k,
+                       std::size_t n, float* out)
+{
+    scalify::visit_dtype(a_type, [&]<class TA>() {
+        scalify::visit_dtype(b_type, [&]<class TB>() {
+            if constexpr (!std::same_as<TA, float> && !std::same_as<TB, float> &&
+                          Model::instruction::template takes<TA, TB>) {
+                gemm_into_on_grid<Model, TA, TB>(a, b, m, k, n, out);
+            } else {
+                SCALIFY_THROW(config_error(fmt::format("tensor_core: {} does not multiply {} by {}", Model::name,
+                                                       to_string(a_type), to_string(b_type))));
+            }
+        });
+    });
 }
 
 template <GemmModel Model, class TA, class TB>
