@@ -530,23 +530,23 @@ template <class T, class P, class S>
 
 namespace detail {
 
-/// The gradients of a.b for cotangent g (matmul_vjp's products; only those needed), as a tuple.
+/// The gradients of a.b for cotangent g (matmul_vjp's products; only those needed), as a tuple;
+/// `grids` names the formats whose grids float32 arrays lie on (the recipe's, recipe_matmul).
 template <class S, class GradOut, class G, class A, class B, class P>
 [[nodiscard]] auto matmul_backward(const ScaledArray<G, P>& g, const ScaledArray<A, P>& av, const ScaledArray<B, P>& bv,
-                                   bool need_a, bool need_b)
+                                   bool need_a, bool need_b, scalify::detail::vjp_grids grids = {})
 {
     using GA = decltype(scalify::detail::matmul_transposed_b<S, GradOut>(g, bv));
     using GB = decltype(scalify::detail::matmul_transposed_a<S, GradOut>(av, g));
     if (av.dimension() != 2 || bv.dimension() != 2) {
-        auto r = scalify::detail::batched_matmul_vjp<S, GradOut>(g, av, bv, need_a, need_b);
+        auto r = scalify::detail::batched_matmul_vjp<S, GradOut>(g, av, bv, need_a, need_b, grids);
         return std::tuple<GA, GB>{std::move(r.first), std::move(r.second)};
     }
-    if (need_a && need_b) {
-        auto r = scalify::matmul_vjp<S, GradOut>(g, av, bv);
-        return std::tuple<GA, GB>{std::move(r.first), std::move(r.second)};
-    }
-    if (need_a) return std::tuple<GA, GB>{scalify::detail::matmul_transposed_b<S, GradOut>(g, bv), GB{}};
-    return std::tuple<GA, GB>{GA{}, scalify::detail::matmul_transposed_a<S, GradOut>(av, g)};
+    // matmul_vjp's two products, g.b^T then a^T.g, with b and a read transposed in place.
+    std::tuple<GA, GB> result;
+    if (need_a) std::get<0>(result) = scalify::detail::matmul_transposed_b<S, GradOut>(g, bv, {grids.g, grids.b});
+    if (need_b) std::get<1>(result) = scalify::detail::matmul_transposed_a<S, GradOut>(av, g, {grids.a, grids.g});
+    return result;
 }
 
 /// Whether matmul's backward products for cotangent G and operands A, B compute exactly what the
@@ -603,8 +603,8 @@ struct model_cotangents {
 
 /// a.b recorded with matmul_vjp; only the gradients an input needs are computed (each by the
 /// same product matmul_vjp forms). Batched and 1-D operands as numpy's matmul. The gradient
-/// products are stored as GradOut (void: the operands' promoted type, as matmul_vjp does).
-template <class R, class GradOut = void, class S, class A, class B, class P>
+/// products are stored in the operands' promoted type, as matmul_vjp does.
+template <class R, class S, class A, class B, class P>
 [[nodiscard]] var<R, P, S> recorded_matmul(const var<A, P, S>& a, const var<B, P, S>& b)
 {
     const bool need_a = a.requires_grad(), need_b = b.requires_grad();
@@ -612,7 +612,7 @@ template <class R, class GradOut = void, class S, class A, class B, class P>
     return record_op<S, rule>("matmul", scalify::matmul<S, R>(a.value(), b.value()), std::tuple{a, b},
                         [need_a, need_b](const auto& g, const auto&, const auto& av, const auto& bv) {
                             using G = typename std::remove_cvref_t<decltype(g)>::value_type;
-                            using widening = widened_matmul_backward<GradOut, G, A, B>;
+                            using widening = widened_matmul_backward<void, G, A, B>;
                             if constexpr (widening::value) {
                                 // g.b^T reads g and b, a^T.g reads a and g.
                                 using C = typename widening::compute_a;
@@ -621,33 +621,58 @@ template <class R, class GradOut = void, class S, class A, class B, class P>
                                 return matmul_backward<S, Out>(widened<C>(g, true, g_c), widened<C>(av, need_b, a_c),
                                                                widened<C>(bv, need_a, b_c), need_a, need_b);
                             } else {
-                                return matmul_backward<S, GradOut>(g, av, bv, need_a, need_b);
+                                return matmul_backward<S, void>(g, av, bv, need_a, need_b);
                             }
                         });
 }
 
-}  // namespace detail
-
-namespace detail {
-
-/// The operand side of a recipe: rebalanced for F (see cast_scaling), then cast to F
-/// (nearest even, saturating); the cotangent passes back unchanged (moved, not copied).
-template <ScaledElement F, class T, class P, class S>
-[[nodiscard]] var<F, P, S> recipe_cast(const var<T, P, S>& x, cast_scaling scaling)
+/// x rebalanced and cast to `format` as a matmul_precision_scope says (recipe_cast_array),
+/// held as float32 values on format's grid: exact both ways, so the products read the values
+/// the cast gives, and a tensor-core model reads them as `format` (operand_grids).
+template <class T, class P>
+[[nodiscard]] ScaledArray<float, P> recipe_grid(const ScaledArray<T, P>& x, dtype format, cast_scaling scaling)
 {
-    return record_op<S>("matmul_precision_scope", recipe_cast_array<F>(x.value(), scaling), std::tuple{x},
-                        []<class G>(G&& g, const auto&, const auto&) {
-                            return std::tuple<std::remove_cvref_t<G>>{std::forward<G>(g)};
-                        });
+    return scalify::visit_dtype(format, [&]<class F>() -> ScaledArray<float, P> {
+        return scalify::cast<float>(recipe_cast_array<F>(x, scaling));
+    });
 }
 
-/// The cotangent side: identity forward; the cotangent is rebalanced for G and cast to G.
-template <ScaledElement G, class T, class P, class S>
-[[nodiscard]] var<T, P, S> recipe_cast_grad(const var<T, P, S>& x, cast_scaling scaling)
+/// a.b under a matmul_precision_scope, recorded as one op: the operands cast to the forward type
+/// (unless it is float32), the product; backward, the cotangent cast to the gradient type (unless
+/// float32) and matmul_vjp's products, stored as R, the type the product has without the scope
+/// (an fp16 cotangent times an fp16 operand stored in fp16 overflowed to inf where a product
+/// outgrew the rule's scale: a softmax's cotangent, g v^T, which the softmax's backward turned
+/// into NaN). The casts' results are float32 arrays on the formats' grids, so one body serves
+/// every pair of forward and gradient types: the same bits as products of the narrow types.
+template <class R, class S, class A, class B, class P>
+[[nodiscard]] var<R, P, S> recipe_matmul(const var<A, P, S>& a, const var<B, P, S>& b, matmul_precision precision)
 {
-    return record_op<S, returns_cotangent_types>("matmul_precision_scope", x.value(), std::tuple{x}, [scaling](const auto& g, const auto&, const auto&) {
-        return std::tuple{recipe_cast_array<G>(g, scaling)};
-    });
+    const bool need_a = a.requires_grad(), need_b = b.requires_grad();
+    const cast_scaling scaling = precision.scaling;
+    const dtype gradient = precision.gradient;
+    // A float32 cotangent's products are float32 anyway: the body recorded_matmul compiles.
+    using Out = std::conditional_t<std::same_as<R, float>, void, R>;
+    const auto backward_on = [need_a, need_b, scaling, gradient](const auto& g, const auto& av, const auto& bv,
+                                                                 dtype operands) {
+        const scalify::detail::vjp_grids grids{gradient, operands, operands};
+        if (gradient == dtype::float32) return matmul_backward<S, Out>(g, av, bv, need_a, need_b, grids);
+        return matmul_backward<S, Out>(recipe_grid(g, gradient, scaling), av, bv, need_a, need_b, grids);
+    };
+    if (precision.forward == dtype::float32) {
+        return record_op<S>("matmul", scalify::matmul<S, R>(a.value(), b.value()), std::tuple{a, b},
+                            [backward_on](const auto& g, const auto&, const auto& av, const auto& bv) {
+                                return backward_on(g, av, bv, dtype::float32);
+                            });
+    }
+    const dtype forward = precision.forward;
+    ScaledArray<float, P> a_grid = recipe_grid(a.value(), forward, scaling);
+    ScaledArray<float, P> b_grid = recipe_grid(b.value(), forward, scaling);
+    auto product = scalify::detail::matmul_on_grids<S, R>(a_grid, b_grid, {forward, forward});
+    return record_op<S>("matmul", std::move(product), std::tuple{a, b},
+                        [backward_on, forward, a_grid = std::move(a_grid), b_grid = std::move(b_grid)](
+                            const auto& g, const auto&, const auto&, const auto&) {
+                            return backward_on(g, a_grid, b_grid, forward);
+                        });
 }
 
 }  // namespace detail
@@ -666,24 +691,10 @@ template <class X, class Y>
     const auto b = detail::lift<S>(y);
     using R = promote_t<typename decltype(a)::value_type, typename decltype(b)::value_type>;
     const matmul_precision precision = current_matmul_precision();
-    if (precision.forward == dtype::float32 && precision.gradient == dtype::float32) {
-        return detail::recorded_matmul<R>(a, b);
+    if (precision.forward != dtype::float32 || precision.gradient != dtype::float32) {
+        return detail::recipe_matmul<R>(a, b, precision);
     }
-    // The product is a var<R> whatever F is, so the two dispatches run one after the other (5 + 5
-    // instantiations per call site, not 5 x 5).
-    auto product = scalify::visit_dtype(precision.forward, [&]<class F>() {
-        if constexpr (std::same_as<F, float>) return detail::recorded_matmul<R>(a, b);
-        // The gradient products too are stored as R, the type they have without the scope: an
-        // fp16 cotangent times an fp16 operand stored in fp16 overflowed to inf where a product
-        // outgrew the rule's scale (a softmax's cotangent, g v^T), and the softmax's backward
-        // turned it into NaN.
-        else return detail::recorded_matmul<R, R>(detail::recipe_cast<F>(a, precision.scaling),
-                                                  detail::recipe_cast<F>(b, precision.scaling));
-    });
-    return scalify::visit_dtype(precision.gradient, [&]<class G>() {
-        if constexpr (std::same_as<G, float>) return product;
-        else return detail::recipe_cast_grad<G>(product, precision.scaling);
-    });
+    return detail::recorded_matmul<R>(a, b);
 }
 
 // ---- normalisation and sequence ops ------------------------------------------------------------

@@ -251,7 +251,7 @@ void send(Node& n, Cotangent&& c)
 ///   compute type of the op's output (float32, or float64 for float64 values): a narrower one is
 ///   widened exactly, a float64 one reaching a float32 value is rounded to float32. The rule
 ///   computes there and returns its cotangents in that type. One body per op.
-/// - returns_cotangent_types (cast_grad, the recipe's cotangent cast): the same entry; the results
+/// - returns_cotangent_types (cast_grad): the same entry; the results
 ///   have the types the rule gives them (a narrow type: what these rules exist for).
 /// - sees_narrow_cotangents<Keeps> (matmul): a 16- or 8-bit cotangent type G for which
 ///   Keeps::template keeps<G> holds arrives as it was sent, one body per such type, because the
