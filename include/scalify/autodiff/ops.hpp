@@ -604,12 +604,12 @@ struct model_cotangents {
 /// a.b recorded with matmul_vjp; only the gradients an input needs are computed (each by the
 /// same product matmul_vjp forms). Batched and 1-D operands as numpy's matmul. The gradient
 /// products are stored in the operands' promoted type, as matmul_vjp does.
-template <class R, class S, class A, class B, class P>
-[[nodiscard]] var<R, P, S> recorded_matmul(const var<A, P, S>& a, const var<B, P, S>& b)
+template <class S, class A, class B, class P>
+[[nodiscard]] var<promote_t<A, B>, P, S> recorded_matmul(const var<A, P, S>& a, const var<B, P, S>& b)
 {
     const bool need_a = a.requires_grad(), need_b = b.requires_grad();
     using rule = sees_narrow_cotangents<model_cotangents<A, B>>;
-    return record_op<S, rule>("matmul", scalify::matmul<S, R>(a.value(), b.value()), std::tuple{a, b},
+    return record_op<S, rule>("matmul", scalify::matmul<S>(a.value(), b.value()), std::tuple{a, b},
                         [need_a, need_b](const auto& g, const auto&, const auto& av, const auto& bv) {
                             using G = typename std::remove_cvref_t<decltype(g)>::value_type;
                             using widening = widened_matmul_backward<void, G, A, B>;
@@ -659,7 +659,7 @@ template <class R, class S, class A, class B, class P>
         return matmul_backward<S, Out>(recipe_grid(g, gradient, scaling), av, bv, need_a, need_b, grids);
     };
     if (precision.forward == dtype::float32) {
-        return record_op<S>("matmul", scalify::matmul<S, R>(a.value(), b.value()), std::tuple{a, b},
+        return record_op<S>("matmul", scalify::matmul<S>(a.value(), b.value()), std::tuple{a, b},
                             [backward_on](const auto& g, const auto&, const auto& av, const auto& bv) {
                                 return backward_on(g, av, bv, dtype::float32);
                             });
@@ -667,7 +667,7 @@ template <class R, class S, class A, class B, class P>
     const dtype forward = precision.forward;
     ScaledArray<float, P> a_grid = recipe_grid(a.value(), forward, scaling);
     ScaledArray<float, P> b_grid = recipe_grid(b.value(), forward, scaling);
-    auto product = scalify::detail::matmul_on_grids<S, R>(a_grid, b_grid, {forward, forward});
+    auto product = scalify::detail::matmul_on_grids<S, Out>(a_grid, b_grid, {forward, forward});
     return record_op<S>("matmul", std::move(product), std::tuple{a, b},
                         [backward_on, forward, a_grid = std::move(a_grid), b_grid = std::move(b_grid)](
                             const auto& g, const auto&, const auto&, const auto&) {
@@ -694,7 +694,7 @@ template <class X, class Y>
     if (precision.forward != dtype::float32 || precision.gradient != dtype::float32) {
         return detail::recipe_matmul<R>(a, b, precision);
     }
-    return detail::recorded_matmul<R>(a, b);
+    return detail::recorded_matmul(a, b);
 }
 
 // ---- normalisation and sequence ops ------------------------------------------------------------
