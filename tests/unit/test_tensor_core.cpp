@@ -371,6 +371,9 @@ TEST_CASE("gemm equals a loop of gemm_dot (the reference chain) for every pair, 
     check_gemm_against_dot<tc::h100_hmma_chain, Eigen::half, Eigen::half>(5, 100, 37, 8, false);
     check_gemm_against_dot<tc::h100_hmma_chain, Eigen::half, Eigen::half>(5, 50, 37, 9, true);
     check_gemm_against_dot<tc::h100_hmma_chain, Eigen::bfloat16, Eigen::bfloat16>(4, 70, 9, 10, true);
+    // Operands big enough (M K + K N >= 2^15) that the lanes decode them on the threads.
+    check_gemm_against_dot<tc::h100_cublaslt_fp8, float8_e4m3fn, float8_e5m2>(40, 600, 70, 17, true);
+    check_gemm_against_dot<tc::h100_hmma_chain, Eigen::half, Eigen::half>(37, 500, 30, 18, true);
 }
 
 namespace {
@@ -403,6 +406,8 @@ TEST_CASE("gemm over float32 values on the operands' grids equals gemm over the 
     check_gemm_on_grid<tc::h100_hmma_chain, Eigen::half, Eigen::half>(5, 50, 37, 14, true);
     check_gemm_on_grid<tc::h100_hmma_chain, Eigen::bfloat16, Eigen::bfloat16>(4, 70, 9, 15, true);  // reference engine
     check_gemm_on_grid<tc::h100_hmma_chain, Eigen::bfloat16, Eigen::bfloat16>(4, 70, 9, 16, false);
+    check_gemm_on_grid<tc::h100_cublaslt_fp8_fast, float8_e4m3fn, float8_e4m3fn>(33, 520, 40, 19, true);  // decoded on the threads
+    check_gemm_on_grid<tc::h100_hmma_chain, Eigen::half, Eigen::half>(37, 500, 30, 20, true);
     // A pair the model does not take: config_error naming both formats.
     std::vector<float> x(4, 1.0f), out(4);
     CHECK_THROWS_AS(tc::detail::gemm_into_on_grid<tc::h100_cublaslt_fp8>(x.data(), dtype::float8_e4m3fn, x.data(),

@@ -177,16 +177,22 @@ struct lane_operand {
     bool special;
 };
 
+/// The lane operand of the T whose value is v: v on T's grid, or non-finite.
 template <EncodedFloat T>
-[[nodiscard]] constexpr lane_operand decode_lane_operand(const T& x) noexcept
+[[nodiscard]] constexpr lane_operand decode_lane_value(float v) noexcept
 {
-    const float v = float_traits<T>::to_float(x);
     const auto bits = std::bit_cast<std::uint32_t>(v);
     const int field = static_cast<int>((bits >> 23) & 0xffu);
     const bool special = field == 0xff;
     const bool zero = (bits & 0x7fffffffu) == 0;
     const int exponent = std::max(field - 127, min_exponent<format_of<T>>);
     return {special ? 0.0f : v, special || zero ? lane_zero_exponent : static_cast<std::int16_t>(exponent), special};
+}
+
+template <EncodedFloat T>
+[[nodiscard]] constexpr lane_operand decode_lane_operand(const T& x) noexcept
+{
+    return decode_lane_value<T>(float_traits<T>::to_float(x));
 }
 
 /// Every code of an 8-bit format decoded at compile time.
@@ -221,24 +227,65 @@ struct lane_run {
 using lane_reader = lane_run (*)(const void* data, std::size_t first, std::size_t count, float* value,
                                  std::int16_t* exponent, unsigned char* special) noexcept;
 
+/// An operand of type T stored as Stored (T, or a float32 on T's grid: see stored_as), decoded.
+template <EncodedFloat T, class Stored>
+[[nodiscard]] lane_operand lane_decode_stored(const Stored& x) noexcept
+{
+    // A float32 on T's grid is its own value: decoded without the trip through T's code.
+    if constexpr (std::same_as<Stored, T>) return lane_decode(x);
+    else return decode_lane_value<T>(x);
+}
+
 template <EncodedFloat T, bool TrackRange, class Stored = T>
 lane_run read_lane_operands(const void* data, std::size_t first, std::size_t count, float* value,
                             std::int16_t* exponent, unsigned char* special) noexcept
 {
     const Stored* x = static_cast<const Stored*>(data) + first;
-    lane_run run;
-    for (std::size_t i = 0; i < count; ++i) {
-        const lane_operand o = lane_decode(stored_as<T>(x[i]));
-        value[i] = o.value;
-        exponent[i] = o.exponent;
-        run.special = run.special || o.special;
-        if (special) special[i] |= o.special ? 1 : 0;
-        if constexpr (TrackRange) {
-            if (o.value != 0.0f) {
-                run.min_exponent = std::min(run.min_exponent, static_cast<int>(o.exponent));
-                run.max_exponent = std::max(run.max_exponent, static_cast<int>(o.exponent));
+    // Branch-free over the run; the flags of non-finite operands, rare, in a second pass.
+    bool any_special = false;
+    int low = lane_run{}.min_exponent, high = lane_run{}.max_exponent;
+    if constexpr (std::same_as<Stored, T>) {
+        for (std::size_t i = 0; i < count; ++i) {
+            const lane_operand o = lane_decode(x[i]);
+            value[i] = o.value;
+            exponent[i] = o.exponent;
+            any_special |= o.special;
+            if constexpr (TrackRange) {
+                const bool counted = o.value != 0.0f;
+                low = counted ? std::min(low, static_cast<int>(o.exponent)) : low;
+                high = counted ? std::max(high, static_cast<int>(o.exponent)) : high;
             }
         }
+    } else {
+        // decode_lane_value spelled out on the float's bits, in the form the compiler vectorises
+        // (a recipe's operands are float32 on T's grid: 4 bytes per element to read).
+        constexpr int smallest = min_exponent<format_of<T>>;
+        unsigned specials = 0;
+        for (std::size_t i = 0; i < count; ++i) {
+            const auto bits = std::bit_cast<std::uint32_t>(x[i]);
+            const int field = static_cast<int>((bits >> 23) & 0xffu);
+            const bool non_finite = field == 0xff;
+            const bool zero = (bits & 0x7fffffffu) == 0;
+            const int e = std::max(field - 127, smallest);
+            value[i] = non_finite ? 0.0f : x[i];
+            exponent[i] = static_cast<std::int16_t>(non_finite || zero ? int(lane_zero_exponent) : e);
+            specials |= non_finite ? 1u : 0u;
+            if constexpr (TrackRange) {
+                const bool counted = !non_finite && !zero;
+                low = counted ? std::min(low, e) : low;
+                high = counted ? std::max(high, e) : high;
+            }
+        }
+        any_special = specials != 0;
+    }
+    if (special && any_special) {
+        for (std::size_t i = 0; i < count; ++i) special[i] |= lane_decode_stored<T>(x[i]).special ? 1 : 0;
+    }
+    lane_run run;
+    run.special = any_special;
+    if constexpr (TrackRange) {
+        run.min_exponent = low;
+        run.max_exponent = high;
     }
     return run;
 }
@@ -356,34 +403,64 @@ template <GemmModel Model>
     thread_local std::vector<float> a_val, b_val;
     thread_local std::vector<std::int16_t> a_exp, b_exp;
     thread_local std::vector<unsigned char> special_row, special_column;
-    // Exponent ranges of the nonzero finite operands.
-    int min_a = 1 << 14, max_a = -(1 << 14), min_b = 1 << 14, max_b = -(1 << 14);
+    thread_local std::vector<lane_run> a_runs, b_runs;
     a_val.resize(m * k);
     a_exp.resize(m * k);
     special_row.assign(m, 0);
-    for (std::size_t i = 0; i < m; ++i) {
-        const lane_run row = a.lanes(a.data, i * k, k, a_val.data() + i * k, a_exp.data() + i * k, nullptr);
-        special_row[i] = row.special ? 1 : 0;
-        min_a = std::min(min_a, row.min_exponent);
-        max_a = std::max(max_a, row.max_exponent);
-    }
-    // B in blocks of W columns, each block K rows of W; columns past N read as zeros.
     b_val.resize(blocks * k * W);
     b_exp.resize(blocks * k * W);
     special_column.assign(n, 0);
-    for (std::size_t block = 0; block < blocks; ++block) {
-        const std::size_t j0 = block * W, width = std::min(W, n - j0);
-        for (std::size_t p = 0; p < k; ++p) {
-            const std::size_t at = (block * k + p) * W;
-            const lane_run run =
-                b.lanes(b.data, p * n + j0, width, b_val.data() + at, b_exp.data() + at, special_column.data() + j0);
-            min_b = std::min(min_b, run.min_exponent);
-            max_b = std::max(max_b, run.max_exponent);
-            for (std::size_t j = width; j < W; ++j) {
-                b_val[at + j] = 0.0f;
-                b_exp[at + j] = lane_zero_exponent;
-            }
+    a_runs.assign(m, lane_run{});
+    b_runs.assign(blocks, lane_run{});
+    // The decode runs on the threads too (serial, it was a fifth of an fp8 GEMM's time on two
+    // threads): a task per row of A and per block of B, the exponent ranges combined after.
+    // Pointers, not the thread_local names: inside the loops those would be each worker's own.
+    const auto each = [work = m * k + k * n](std::size_t count, auto&& body) {
+        if (work < (std::size_t{1} << 15)) {
+            for (std::size_t i = 0; i < count; ++i) body(i);
+        } else {
+            scalify::detail::parallel_for(count, body);
         }
+    };
+    {
+        float* const values = a_val.data();
+        std::int16_t* const exponents = a_exp.data();
+        lane_run* const runs = a_runs.data();
+        each(m, [=](std::size_t i) { runs[i] = a.lanes(a.data, i * k, k, values + i * k, exponents + i * k, nullptr); });
+    }
+    // B in blocks of W columns, each block K rows of W; columns past N read as zeros.
+    {
+        float* const values = b_val.data();
+        std::int16_t* const exponents = b_exp.data();
+        unsigned char* const specials = special_column.data();
+        lane_run* const runs = b_runs.data();
+        each(blocks, [=](std::size_t block) {
+            const std::size_t j0 = block * W, width = std::min(W, n - j0);
+            lane_run all;
+            for (std::size_t p = 0; p < k; ++p) {
+                const std::size_t at = (block * k + p) * W;
+                const lane_run run = b.lanes(b.data, p * n + j0, width, values + at, exponents + at, specials + j0);
+                all.special = all.special || run.special;
+                all.min_exponent = std::min(all.min_exponent, run.min_exponent);
+                all.max_exponent = std::max(all.max_exponent, run.max_exponent);
+                for (std::size_t j = width; j < W; ++j) {
+                    values[at + j] = 0.0f;
+                    exponents[at + j] = lane_zero_exponent;
+                }
+            }
+            runs[block] = all;
+        });
+    }
+    // Exponent ranges of the nonzero finite operands.
+    int min_a = 1 << 14, max_a = -(1 << 14), min_b = 1 << 14, max_b = -(1 << 14);
+    for (std::size_t i = 0; i < m; ++i) {
+        special_row[i] = a_runs[i].special ? 1 : 0;
+        min_a = std::min(min_a, a_runs[i].min_exponent);
+        max_a = std::max(max_a, a_runs[i].max_exponent);
+    }
+    for (const lane_run& run : b_runs) {
+        min_b = std::min(min_b, run.min_exponent);
+        max_b = std::max(max_b, run.max_exponent);
     }
 
     if (check_range) {
