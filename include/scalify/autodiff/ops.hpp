@@ -531,10 +531,11 @@ template <class T, class P, class S>
 namespace detail {
 
 /// The gradients of a.b for cotangent g (matmul_vjp's products; only those needed), as a tuple;
-/// `grids` names the formats whose grids float32 arrays lie on (the recipe's, recipe_matmul).
-template <class S, class GradOut, class G, class A, class B, class P>
+/// `grids`, a vjp_grids, names the formats whose grids float32 arrays lie on (the recipe's,
+/// recipe_matmul); typed_operands, the default, compiles no GEMM over grids.
+template <class S, class GradOut, class G, class A, class B, class P, class Grids = scalify::detail::typed_operands>
 [[nodiscard]] auto matmul_backward(const ScaledArray<G, P>& g, const ScaledArray<A, P>& av, const ScaledArray<B, P>& bv,
-                                   bool need_a, bool need_b, scalify::detail::vjp_grids grids = {})
+                                   bool need_a, bool need_b, Grids grids = {})
 {
     using GA = decltype(scalify::detail::matmul_transposed_b<S, GradOut>(g, bv));
     using GB = decltype(scalify::detail::matmul_transposed_a<S, GradOut>(av, g));
@@ -543,9 +544,16 @@ template <class S, class GradOut, class G, class A, class B, class P>
         return std::tuple<GA, GB>{std::move(r.first), std::move(r.second)};
     }
     // matmul_vjp's two products, g.b^T then a^T.g, with b and a read transposed in place.
+    using scalify::detail::grids_of, scalify::detail::vjp_grids;
     std::tuple<GA, GB> result;
-    if (need_a) std::get<0>(result) = scalify::detail::matmul_transposed_b<S, GradOut>(g, bv, {grids.g, grids.b});
-    if (need_b) std::get<1>(result) = scalify::detail::matmul_transposed_a<S, GradOut>(av, g, {grids.a, grids.g});
+    if (need_a) {
+        std::get<0>(result) =
+            scalify::detail::matmul_transposed_b<S, GradOut>(g, bv, grids_of(grids, &vjp_grids::g, &vjp_grids::b));
+    }
+    if (need_b) {
+        std::get<1>(result) =
+            scalify::detail::matmul_transposed_a<S, GradOut>(av, g, grids_of(grids, &vjp_grids::a, &vjp_grids::g));
+    }
     return result;
 }
 

@@ -178,6 +178,10 @@ struct operand_grids {
     dtype b = dtype::float32;
 };
 
+/// In place of operand_grids: the operands' types say what they hold. The default, so that only
+/// a program that runs a precision scope compiles the GEMMs of float32 operands on grids.
+struct typed_operands {};
+
 /// The Gemm of a product whose float32 operands lie on operand_grids, under accumulation model
 /// Model: the GEMM model operand_gemm picks for the grids' types, chosen at run time, so the
 /// product's body is compiled once per accumulation model, not once per pair of formats.
@@ -219,9 +223,9 @@ void gemm_on_grids(const float* a, const float* b, operand_grids grids, std::siz
 }
 
 /// Gemm over row-major M x K and K x N operands, transposing a stored-transposed one first.
-template <class Gemm, bool TransposeA, bool TransposeB, class A, class B, class R>
+template <class Gemm, bool TransposeA, bool TransposeB, class A, class B, class R, class Grids>
 void gemm_row_major(const xt::xarray<A>& a, const xt::xarray<B>& b, std::size_t m, std::size_t k, std::size_t n, R* out,
-                    operand_grids grids)
+                    Grids grids)
 {
     if constexpr (TransposeA) {
         gemm_row_major<Gemm, false, TransposeB>(transposed_copy(a), b, m, k, n, out, grids);
@@ -319,9 +323,9 @@ template <bool NeedsAmax, class R, class C, ScalePolicy P, bool TransposeA, bool
 /// Eigen's float32 GEMM when Gemm is void. TransposeA / TransposeB: the operand is stored
 /// transposed (a is K x M, b is N x K); the backward pass's products g.b^T and a^T.g use this.
 template <bool NeedsAmax, class Out, class Gemm, bool TransposeA = false, bool TransposeB = false, class A, class PA,
-          class B, class PB, class Buffer>
+          class B, class PB, class Buffer, class Grids = typed_operands>
 [[nodiscard]] auto matmul_with(const ScaledArray<A, PA>& a, const ScaledArray<B, PB>& b, scale_rule rule, Buffer&& buffer,
-                               operand_grids grids = {})
+                               Grids grids = {})
 {
     using C = std::common_type_t<compute_t<A>, compute_t<B>>;
     using R = detail::out_or_t<Out, promote_t<A, B>>;
@@ -377,13 +381,15 @@ decltype(auto) with_grid_gemm(operand_grids grids, F&& f)
 /// tensor_core::current_accumulation() for operands A and B (void: exact float32, also for operand
 /// pairs no model covers). Read once on the calling thread: the setting is thread-local, and the
 /// batched product's workers must use the caller's.
-template <class A, class B, class F>
-decltype(auto) with_current_gemm(F&& f, operand_grids grids = {})
+template <class A, class B, class F, class Grids = typed_operands>
+decltype(auto) with_current_gemm(F&& f, Grids grids = {})
 {
     using h100 = tensor_core::operand_gemm_t<tensor_core::h100_cublaslt_fp8, A, B>;
     using h100_fast = tensor_core::operand_gemm_t<tensor_core::h100_cublaslt_fp8_fast, A, B>;
-    if constexpr (std::same_as<A, float> && std::same_as<B, float>) {
-        // Float32 operands on narrow grids: the model of the grids' types.
+    if constexpr (std::same_as<Grids, operand_grids> && std::same_as<A, float> && std::same_as<B, float>) {
+        // Float32 operands on narrow grids: the model of the grids' types. (Grids name float32
+        // arrays only; an operand of another type, a float64 value beside a recipe's cotangent,
+        // is read as its type.)
         if (grids.a != dtype::float32 || grids.b != dtype::float32) {
             switch (tensor_core::current_accumulation()) {
             case tensor_core::accumulation::h100:
@@ -408,9 +414,9 @@ decltype(auto) with_current_gemm(F&& f, operand_grids grids = {})
 
 /// matmul_with under the thread's tensor_core::current_accumulation().
 template <bool NeedsAmax, class Out, bool TransposeA = false, bool TransposeB = false, class A, class PA, class B,
-          class PB, class Buffer = no_buffer>
+          class PB, class Buffer = no_buffer, class Grids = typed_operands>
 [[nodiscard]] auto matmul_scoped(const ScaledArray<A, PA>& a, const ScaledArray<B, PB>& b, scale_rule rule,
-                                 Buffer&& buffer = {}, operand_grids grids = {})
+                                 Buffer&& buffer = {}, Grids grids = {})
 {
     return with_current_gemm<A, B>(
         [&]<class Gemm>() {
@@ -520,9 +526,9 @@ template <bool NeedsAmax, class R, class C, ScalePolicy P>
 /// result has one scale and the same rule as a 2-D product of the same K. With a 2-D (or 1-D)
 /// second operand every batch multiplies the same matrix: the batches' rows form one 2-D product
 /// (a linear layer over a batch of sequences is one GEMM).
-template <bool NeedsAmax, class Out, class Gemm, class A, class PA, class B, class PB>
+template <bool NeedsAmax, class Out, class Gemm, class A, class PA, class B, class PB, class Grids = typed_operands>
 [[nodiscard]] auto batched_matmul_with(const ScaledArray<A, PA>& a, const ScaledArray<B, PB>& b, scale_rule rule,
-                                       operand_grids grids = {})
+                                       Grids grids = {})
 {
     using C = std::common_type_t<compute_t<A>, compute_t<B>>;
     using R = detail::out_or_t<Out, promote_t<A, B>>;
@@ -558,14 +564,16 @@ template <bool NeedsAmax, class Out, class Gemm, class A, class PA, class B, cla
 }
 
 /// a.b^T and a^T.b without materialising the transpose (matmul_vjp's two products).
-template <class Strategy = default_scaling, class Out = void, class A, class PA, class B, class PB>
-[[nodiscard]] auto matmul_transposed_b(const ScaledArray<A, PA>& a, const ScaledArray<B, PB>& b, operand_grids grids = {})
+template <class Strategy = default_scaling, class Out = void, class A, class PA, class B, class PB,
+          class Grids = typed_operands>
+[[nodiscard]] auto matmul_transposed_b(const ScaledArray<A, PA>& a, const ScaledArray<B, PB>& b, Grids grids = {})
 {
     return matmul_scoped<needs_amax_v<Strategy>, Out, false, true>(a, b, matmul_rule<Strategy, common_policy_t<PA, PB>>(),
                                                                     no_buffer{}, grids);
 }
-template <class Strategy = default_scaling, class Out = void, class A, class PA, class B, class PB>
-[[nodiscard]] auto matmul_transposed_a(const ScaledArray<A, PA>& a, const ScaledArray<B, PB>& b, operand_grids grids = {})
+template <class Strategy = default_scaling, class Out = void, class A, class PA, class B, class PB,
+          class Grids = typed_operands>
+[[nodiscard]] auto matmul_transposed_a(const ScaledArray<A, PA>& a, const ScaledArray<B, PB>& b, Grids grids = {})
 {
     return matmul_scoped<needs_amax_v<Strategy>, Out, true, false>(a, b, matmul_rule<Strategy, common_policy_t<PA, PB>>(),
                                                                     no_buffer{}, grids);
@@ -628,11 +636,6 @@ template <class Strategy = default_scaling, class Out = void, tensor_core::Accum
 
 namespace detail {
 
-/// matmul_vjp of numpy's matmul (batched, broadcast, 1-D operands); only the gradients asked for
-/// are formed (the others are left empty). A vector operand is its row (column) matrix; an
-/// operand broadcast over batches gets the batches' gradients summed back (unbroadcast, whose
-/// rule adds that sum to the product's contraction). With a 2-D second operand the batches' rows
-/// form one 2-D product each way, as in the forward pass.
 /// The formats of matmul_vjp's three arrays (see operand_grids).
 struct vjp_grids {
     dtype g = dtype::float32;
@@ -640,9 +643,32 @@ struct vjp_grids {
     dtype b = dtype::float32;
 };
 
-template <class Strategy, class Out, class G, class PG, class A, class PA, class B, class PB>
+/// The grids of two of matmul_vjp's arrays, the first and second operand of one of its products.
+[[nodiscard]] constexpr typed_operands grids_of(typed_operands, dtype vjp_grids::*, dtype vjp_grids::*) noexcept
+{
+    return {};
+}
+[[nodiscard]] constexpr operand_grids grids_of(const vjp_grids& grids, dtype vjp_grids::*first,
+                                               dtype vjp_grids::*second) noexcept
+{
+    return {grids.*first, grids.*second};
+}
+
+/// numpy's matmul of typed operands: scalify::matmul.
+template <class Strategy, class Out, class A, class PA, class B, class PB>
+[[nodiscard]] auto matmul_on_grids(const ScaledArray<A, PA>& a, const ScaledArray<B, PB>& b, typed_operands)
+{
+    return matmul<Strategy, Out>(a, b);
+}
+
+/// matmul_vjp of numpy's matmul (batched, broadcast, 1-D operands); only the gradients asked for
+/// are formed (the others are left empty). A vector operand is its row (column) matrix; an
+/// operand broadcast over batches gets the batches' gradients summed back (unbroadcast, whose
+/// rule adds that sum to the product's contraction). With a 2-D second operand the batches' rows
+/// form one 2-D product each way, as in the forward pass. Grids: typed_operands or vjp_grids.
+template <class Strategy, class Out, class G, class PG, class A, class PA, class B, class PB, class Grids = typed_operands>
 [[nodiscard]] auto batched_matmul_vjp(const ScaledArray<G, PG>& g, const ScaledArray<A, PA>& a, const ScaledArray<B, PB>& b,
-                                      bool need_a, bool need_b, vjp_grids grids = {})
+                                      bool need_a, bool need_b, Grids grids = {})
 {
     const batched_shapes s(a.shape(), b.shape());
     if (!std::equal(g.shape().begin(), g.shape().end(), s.out.begin(), s.out.end())) {
@@ -660,10 +686,11 @@ template <class Strategy, class Out, class G, class PG, class A, class PA, class
     if (s.b_batch.empty()) {
         const std::size_t rows = s.batch_count() * m;
         const auto g_rows = with_shape(g, {rows, n});
-        if (need_a) result.first = with_shape(matmul_transposed_b<Strategy, Out>(g_rows, matrix_b, {grids.g, grids.b}), a_shape);
+        if (need_a) result.first = with_shape(matmul_transposed_b<Strategy, Out>(g_rows, matrix_b, grids_of(grids, &vjp_grids::g, &vjp_grids::b)), a_shape);
         if (need_b) {
             result.second =
-                with_shape(matmul_transposed_a<Strategy, Out>(with_shape(a, {rows, k}), g_rows, {grids.a, grids.g}), b_shape);
+                with_shape(matmul_transposed_a<Strategy, Out>(with_shape(a, {rows, k}), g_rows,
+                                                       grids_of(grids, &vjp_grids::a, &vjp_grids::g)), b_shape);
         }
         return result;
     }
@@ -673,14 +700,16 @@ template <class Strategy, class Out, class G, class PG, class A, class PA, class
     if (need_a) {
         std::vector<std::size_t> own = s.a_batch;
         own.insert(own.end(), {m, k});
-        const auto full = matmul_on_grids<Strategy, Out>(g_matrices, swap_last_axes(matrix_b), {grids.g, grids.b});
+        const auto full = matmul_on_grids<Strategy, Out>(g_matrices, swap_last_axes(matrix_b),
+                                                          grids_of(grids, &vjp_grids::g, &vjp_grids::b));
         result.first = with_shape(unbroadcast<Strategy>(full, own), a_shape);
     }
     if (need_b) {
         const auto matrix_a = s.a_vector ? with_shape(a, {1, k}) : a;
         std::vector<std::size_t> own = s.b_batch;
         own.insert(own.end(), {k, n});
-        const auto full = matmul_on_grids<Strategy, Out>(swap_last_axes(matrix_a), g_matrices, {grids.a, grids.g});
+        const auto full = matmul_on_grids<Strategy, Out>(swap_last_axes(matrix_a), g_matrices,
+                                                          grids_of(grids, &vjp_grids::a, &vjp_grids::g));
         result.second = with_shape(unbroadcast<Strategy>(full, own), b_shape);
     }
     return result;
