@@ -184,6 +184,19 @@ consteval bool checked_strategy()
     return ScalingStrategy<Strategy>;
 }
 
+/// Whether value_and_grad's parameters are parameter trees of ScaledArrays, checked first for the
+/// same reason.
+template <class... Params>
+consteval bool checked_parameters()
+{
+    constexpr bool trees = (is_tree_leaf_v<typename first_leaf<Params>::type> && ...);
+    static_assert(trees,
+                  "value_and_grad / grad: each parameter must be a ScaledArray or a tree of them (std::vector, "
+                  "std::array, std::map<std::string, ...>, or a struct template S<A> with a for_each_parameter hook: "
+                  "see autodiff/grad.hpp); wrap plain data with as_scaled_array");
+    return trees;
+}
+
 template <class Strategy, class F, class... Params>
 [[nodiscard]] auto checked_value_and_grad(F&& f, const Params&... params)
 {
@@ -241,10 +254,10 @@ template <class Strategy, class F, class... Params>
 template <class Strategy = default_scaling, class F, class... Params>
 [[nodiscard]] auto value_and_grad(F&& f, const Params&... params)
 {
-    if constexpr (detail::checked_strategy<Strategy>()) {
+    if constexpr (detail::checked_strategy<Strategy>() && detail::checked_parameters<Params...>()) {
         return detail::checked_value_and_grad<Strategy>(std::forward<F>(f), params...);
     } else {
-        return value_and_grad_result<int, int>{};  // never used: the static_assert above has failed
+        return value_and_grad_result<int, int>{};  // never used: a static_assert above has failed
     }
 }
 
