@@ -28,6 +28,7 @@
 ///     }, params);
 
 #include <scalify/autodiff.hpp>
+#include <scalify/ops/matmul.hpp>
 #include <scalify/ops/shape.hpp>
 #include <scalify/train/autoscale.hpp>
 
@@ -41,13 +42,41 @@ namespace scalify::autoscale {
 
 namespace detail {
 
-/// f(a) with a the concrete ScaledArray of an any_scaled_array limited to {float, F}: what a cast op
-/// of this context returns (float32 while analysing, F after).
-template <ScaledElement F, ScalePolicy P, class Fn>
-decltype(auto) visit_operand(const any_scaled_array<P>& a, Fn&& f)
+/// What a cast op of this context returns (float32 while analysing, F after) as float32 values
+/// on its format's grid, and that format: the products then compile one body for every format,
+/// with the bits of the typed operands (scalify::detail::operand_grids).
+/// Decoded once per step and kept for the backward products, as the precision scope's operands
+/// are (4 bytes per element).
+template <ScalePolicy P>
+struct grid_operand {
+    ScaledArray<float, P> values;
+    dtype format = dtype::float32;
+};
+
+template <ScaledElement F, ScalePolicy P>
+[[nodiscard]] grid_operand<P> grid_operand_of(const any_scaled_array<P>& a)
 {
-    if (const auto* wide = std::get_if<ScaledArray<float, P>>(&a.variant())) return f(*wide);
-    return f(std::get<ScaledArray<F, P>>(a.variant()));
+    if (const auto* wide = std::get_if<ScaledArray<float, P>>(&a.variant())) return {*wide, dtype::float32};
+    return {scalify::cast<float>(std::get<ScaledArray<F, P>>(a.variant())), dtype_of<F>};
+}
+
+/// a.b of two grid operands, and the products of matmul_vjp with one stored transposed.
+template <class St, ScalePolicy P>
+[[nodiscard]] ScaledArray<float, P> grid_matmul(const grid_operand<P>& a, const grid_operand<P>& b)
+{
+    return scalify::detail::matmul_on_grids<St, void>(a.values, b.values, {a.format, b.format});
+}
+template <class St, ScalePolicy P>
+[[nodiscard]] ScaledArray<float, P> grid_matmul_transposed_b(const grid_operand<P>& a, const grid_operand<P>& b)
+{
+    return scalify::detail::matmul_transposed_b<St, void>(a.values, b.values,
+                                                          scalify::detail::operand_grids{a.format, b.format});
+}
+template <class St, ScalePolicy P>
+[[nodiscard]] ScaledArray<float, P> grid_matmul_transposed_a(const grid_operand<P>& a, const grid_operand<P>& b)
+{
+    return scalify::detail::matmul_transposed_a<St, void>(a.values, b.values,
+                                                          scalify::detail::operand_grids{a.format, b.format});
 }
 
 template <class X>
@@ -105,13 +134,10 @@ public:
     {
         check_shapes(x.value(), w.value());
         scaling_context<P>& ctx = *m_context;
-        any_scaled_array<P> x8 = ctx.scale(m_x, x.value(), dtype_of<F>);
-        any_scaled_array<P> w8 = ctx.scale(m_w, w.value(), dtype_of<F>);
-        ScaledArray<Y, P> y = ctx.template apply<Y>(m_y, [&]<class St>(strategy_tag<St>) {
-            return detail::visit_operand<F>(x8, [&](const auto& xa) {
-                return detail::visit_operand<F>(w8, [&](const auto& wa) { return scalify::matmul<St, float>(xa, wa); });
-            });
-        });
+        auto x8 = detail::grid_operand_of<F>(ctx.scale(m_x, x.value(), dtype_of<F>));
+        auto w8 = detail::grid_operand_of<F>(ctx.scale(m_w, w.value(), dtype_of<F>));
+        ScaledArray<Y, P> y =
+            ctx.template apply<Y>(m_y, [&]<class St>(strategy_tag<St>) { return detail::grid_matmul<St>(x8, w8); });
         const bool need_x = x.requires_grad(), need_w = w.requires_grad();
         if (!need_x && !need_w) return ad::var<Y, P, S>(std::move(y));
         return ad::custom_op<S>(std::move(y), std::tuple{x, w},
@@ -154,33 +180,25 @@ private:
     template <class Gin>
     [[nodiscard]] std::tuple<ScaledArray<X, P>, ScaledArray<W, P>> backward(scaling_context<P>& ctx,
                                                                             const ScaledArray<Gin, P>& g,
-                                                                            const any_scaled_array<P>& x8,
-                                                                            const any_scaled_array<P>& w8, bool need_x,
-                                                                            bool need_w) const
+                                                                            const detail::grid_operand<P>& x8,
+                                                                            const detail::grid_operand<P>& w8,
+                                                                            bool need_x, bool need_w) const
     {
-        const any_scaled_array<P> g8 = [&]() -> any_scaled_array<P> {
+        const auto g8 = detail::grid_operand_of<G>([&]() -> any_scaled_array<P> {
             if constexpr (std::same_as<Gin, G>) return g;
             else return ctx.scale(m_g, g, dtype_of<G>);
-        }();
+        }());
         ScaledArray<X, P> gx;
         ScaledArray<W, P> gw;
         // The transposed operands are read in place (matmul_vjp's products), never copied.
         if (need_x) {
             gx = ctx.template apply<X>(m_grad_x, [&]<class St>(strategy_tag<St>) {
-                return detail::visit_operand<G>(g8, [&](const auto& ga) {
-                    return detail::visit_operand<F>(w8, [&](const auto& wa) {
-                        return scalify::detail::matmul_transposed_b<St, float>(ga, wa);
-                    });
-                });
+                return detail::grid_matmul_transposed_b<St>(g8, w8);
             });
         }
         if (need_w) {
             gw = ctx.template apply<W>(m_grad_w, [&]<class St>(strategy_tag<St>) {
-                return detail::visit_operand<F>(x8, [&](const auto& xa) {
-                    return detail::visit_operand<G>(g8, [&](const auto& ga) {
-                        return scalify::detail::matmul_transposed_a<St, float>(xa, ga);
-                    });
-                });
+                return detail::grid_matmul_transposed_a<St>(x8, g8);
             });
         }
         return {std::move(gx), std::move(gw)};  // an input that needs no gradient ignores its entry
