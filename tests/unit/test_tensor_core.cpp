@@ -66,7 +66,9 @@ xt::xarray<T> random_matrix(std::size_t rows, std::size_t cols, std::mt19937& rn
     return x;
 }
 
-/// gemm<Model> against gemm_dot<Model> (the reference chain) output by output, bit for bit.
+/// gemm<Model> against gemm_dot<Model> (the reference chain) output by output, and the GEMM over
+/// float32 copies of the operands read on their formats' grids (a precision scope's path)
+/// against gemm<Model>, bit for bit.
 template <class Model, class TA, class TB>
 void check_gemm_against_dot(std::size_t m, std::size_t k, std::size_t n, unsigned seed, bool specials)
 {
@@ -87,8 +89,15 @@ void check_gemm_against_dot(std::size_t m, std::size_t k, std::size_t n, unsigne
             mismatches += bits(d(i, j)) == bits(want) ? 0 : 1;
         }
     }
+    const xt::xarray<float> a_values = xt::cast<float>(a), b_values = xt::cast<float>(b);
+    std::vector<float> on_grid(m * n, -1.0f);
+    tc::detail::gemm_into_on_grid<Model>(a_values.data(), dtype_of<TA>, b_values.data(), dtype_of<TB>, m, k, n,
+                                         on_grid.data());
+    std::size_t grid_mismatches = 0;
+    for (std::size_t i = 0; i < m * n; ++i) grid_mismatches += bits(on_grid[i]) == bits(d.data()[i]) ? 0 : 1;
     INFO(Model::name << " " << m << "x" << k << "x" << n << " seed " << seed << (specials ? " with NaN/inf" : ""));
     CHECK(mismatches == 0);
+    CHECK(grid_mismatches == 0);
 }
 
 }  // namespace
@@ -374,45 +383,22 @@ TEST_CASE("gemm equals a loop of gemm_dot (the reference chain) for every pair, 
     // Operands big enough (M K + K N >= 2^15) that the lanes decode them on the threads.
     check_gemm_against_dot<tc::h100_cublaslt_fp8, float8_e4m3fn, float8_e5m2>(40, 600, 70, 17, true);
     check_gemm_against_dot<tc::h100_hmma_chain, Eigen::half, Eigen::half>(37, 500, 30, 18, true);
+    check_gemm_against_dot<tc::h100_cublaslt_fp8_fast, float8_e4m3fn, float8_e4m3fn>(33, 520, 40, 19, true);
+    // More pairs for the path over float32 values on the formats' grids.
+    check_gemm_against_dot<tc::h100_cublaslt_fp8_fast, float8_e5m2, float8_e5m2>(6, 200, 40, 12, true);
+    check_gemm_against_dot<tc::h100_cublaslt_fp8, float8_e4m3fn, float8_e4m3fn>(6, 200, 40, 13, true);
+    check_gemm_against_dot<tc::h100_hmma_chain, Eigen::bfloat16, Eigen::bfloat16>(4, 70, 9, 16, false);
 }
 
-namespace {
-
-/// gemm_into over float32 copies of the operands, read on their formats' grids (the recipe's
-/// path), against gemm<Model> over the typed operands, bit for bit.
-template <class Model, class TA, class TB>
-void check_gemm_on_grid(std::size_t m, std::size_t k, std::size_t n, unsigned seed, bool specials)
+TEST_CASE("gemm over float32 values on grids refuses a pair the model does not take", "[tensor_core][gemm]")
 {
-    std::mt19937 rng(seed);
-    const auto a = random_matrix<TA>(m, k, rng, specials);
-    const auto b = random_matrix<TB>(k, n, rng, specials);
-    const xt::xarray<float> want = tc::gemm<Model>(a, b);
-    const xt::xarray<float> a_values = xt::cast<float>(a), b_values = xt::cast<float>(b);
-    std::vector<float> got(m * n, -1.0f);
-    tc::detail::gemm_into_on_grid<Model>(a_values.data(), dtype_of<TA>, b_values.data(), dtype_of<TB>, m, k, n, got.data());
-    std::size_t mismatches = 0;
-    for (std::size_t i = 0; i < m * n; ++i) mismatches += bits(got[i]) == bits(want.data()[i]) ? 0 : 1;
-    INFO(Model::name << " " << m << "x" << k << "x" << n << " seed " << seed << (specials ? " with NaN/inf" : ""));
-    CHECK(mismatches == 0);
-}
-
-}  // namespace
-
-TEST_CASE("gemm over float32 values on the operands' grids equals gemm over the operands", "[tensor_core][gemm]")
-{
-    check_gemm_on_grid<tc::h100_cublaslt_fp8, float8_e4m3fn, float8_e5m2>(7, 300, 45, 11, false);
-    check_gemm_on_grid<tc::h100_cublaslt_fp8_fast, float8_e5m2, float8_e5m2>(6, 200, 40, 12, true);
-    check_gemm_on_grid<tc::h100_cublaslt_fp8, float8_e4m3fn, float8_e4m3fn>(6, 200, 40, 13, true);
-    check_gemm_on_grid<tc::h100_hmma_chain, Eigen::half, Eigen::half>(5, 50, 37, 14, true);
-    check_gemm_on_grid<tc::h100_hmma_chain, Eigen::bfloat16, Eigen::bfloat16>(4, 70, 9, 15, true);  // reference engine
-    check_gemm_on_grid<tc::h100_hmma_chain, Eigen::bfloat16, Eigen::bfloat16>(4, 70, 9, 16, false);
-    check_gemm_on_grid<tc::h100_cublaslt_fp8_fast, float8_e4m3fn, float8_e4m3fn>(33, 520, 40, 19, true);  // decoded on the threads
-    check_gemm_on_grid<tc::h100_hmma_chain, Eigen::half, Eigen::half>(37, 500, 30, 20, true);
-    // A pair the model does not take: config_error naming both formats.
     std::vector<float> x(4, 1.0f), out(4);
-    CHECK_THROWS_AS(tc::detail::gemm_into_on_grid<tc::h100_cublaslt_fp8>(x.data(), dtype::float8_e4m3fn, x.data(),
-                                                                           dtype::float16, 2, 2, 2, out.data()),
-                    config_error);
+    const auto mixed = [&] {
+        tc::detail::gemm_into_on_grid<tc::h100_cublaslt_fp8>(x.data(), dtype::float8_e4m3fn, x.data(), dtype::float16, 2,
+                                                            2, 2, out.data());
+    };
+    CHECK_THROWS_AS(mixed(), config_error);
+    CHECK_THROWS_WITH(mixed(), Catch::Contains("does not multiply float8_e4m3fn by float16"));
 }
 
 TEST_CASE("bf16 gemm runs the lanes where the data keep results in float32's normal range", "[tensor_core][gemm]")
