@@ -32,7 +32,7 @@ OPS = [
     ("bias gradient (column sum)", r"^scalify::detail::unbroadcast$|^scalify::reduce_sum$"),
     ("add_vjp (cotangent passed on)", r"^scalify::add_vjp$"),
     ("bias add forward", r"^scalify::add$"),
-    ("cast", r"^scalify::cast$|rescale_for_cast$|^scalify::convert|^scalify::ad::detail::recipe_cast"),
+    ("cast", r"^scalify::cast$|rescale_for_cast$|^scalify::convert|^scalify::ad::detail::recipe_(cast_array|grid)$"),
     ("loss: softmax cross-entropy", r"^scalify::softmax_cross_entropy$"),
     ("loss: dynamic_rescale_l2 of the logits' gradient", r"^scalify::dynamic_rescale_l2$"),
     ("scalar mul (loss path)", r"^scalify::mul$"),
@@ -54,19 +54,18 @@ OPS = [(name, re.compile(pattern)) for name, pattern in OPS]
 # its gradient.
 CONTEXT = [
     ("bias add forward", r"value_node::accumulate$", "gradient accumulation"),
-    ("cast", r"recipe_cast_grad::\{lambda", "cast: cotangent to the gradient type"),
+    ("cast", r"recipe_matmul::\{lambda", "cast: cotangent to the gradient type"),
     ("cast", r"^scalify::detail::matmul_with$", "matmul: product encoded into a narrow result type"),
     ("cast", r"^scalify::relu_vjp$", "relu backward"),
     ("cast", r"^scalify::detail::unbroadcast$|^scalify::reduce_sum$", "bias gradient (column sum)"),
-    ("cast", r"recipe_cast$", "cast: matmul operands to the forward type"),
+    ("cast", r"recipe_matmul$", "cast: matmul operands to the forward type"),
     ("scalar mul (loss path)", r"^scalify::ad::softmax_cross_entropy", "loss: gradient times cotangent (mul)"),
     ("value() copy", r"^scalify::relu_vjp$", "value() copy (in relu_vjp)"),
     ("value() copy", r"^fashion::train_step$", "value() copy (loss read)"),
     ("ScaledArray copy", r"^scalify::ad::value_and_grad::\{lambda#1\}", "copy: parameters watched on the tape"),
     ("ScaledArray copy", r"^scalify::ad::value_and_grad::\{lambda#2\}", "copy: gradients read off the tape"),
     ("ScaledArray copy", r"^scalify::ad::detail::lift$", "copy: constant operand lifted into a var"),
-    ("ScaledArray copy", r"recipe_cast::\{lambda", "copy: cotangent through the operand cast's identity backward"),
-    ("ScaledArray copy", r"recipe_cast_grad$|_grad$", "copy: value through a gradient-path op's identity forward"),
+    ("ScaledArray copy", r"_grad$", "copy: value through a gradient-path op's identity forward"),
     ("ScaledArray copy", r"rescale_for_cast$", "cast: rescale before the cast (copy)"),
 ]
 CONTEXT = [(found, re.compile(outer), reported) for found, outer, reported in CONTEXT]
