@@ -641,7 +641,7 @@ template <class T, class P>
 [[nodiscard]] ScaledArray<float, P> recipe_grid(const ScaledArray<T, P>& x, dtype format, cast_scaling scaling)
 {
     return scalify::visit_dtype(format, [&]<class F>() -> ScaledArray<float, P> {
-        return scalify::cast<float>(recipe_cast_array<F>(x, scaling));
+        return recipe_grid_array<F>(x, scaling);
     });
 }
 

@@ -16,7 +16,9 @@
 /// exception leaves the scope).
 
 #include <scalify/amp/any_scaled_array.hpp>
+#include <scalify/detail/parallel.hpp>
 #include <scalify/dist/reducer.hpp>
+#include <scalify/numeric/convert.hpp>
 #include <scalify/numeric/eigen.hpp>
 #include <scalify/numeric/minifloat.hpp>
 #include <scalify/ops/elementwise.hpp>
@@ -24,6 +26,7 @@
 
 #include <cmath>
 #include <limits>
+#include <span>
 
 namespace scalify::ad {
 
@@ -95,6 +98,30 @@ template <ScaledElement F, class T, ScalePolicy P>
     const float pow2 = rescale_power_for_cast<F>(a, scaling);
     if (pow2 == 1.0f) return scalify::cast<F, round_nearest_even, saturate_finite>(a);
     return scalify::cast<F, round_nearest_even, saturate_finite>(scalify::rebalance_scale(a, pow2));
+}
+
+/// recipe_cast_array's values held as float32 (exact: every value of F is a float32), as the
+/// precision scope's products take them. A float32 array cast to an fp8 format is rounded in
+/// one pass (fake_quantize_n, tested equal to the cast for every input), without the F array.
+template <ScaledElement F, class T, ScalePolicy P>
+[[nodiscard]] ScaledArray<float, P> recipe_grid_array(const ScaledArray<T, P>& a, cast_scaling scaling)
+{
+    if constexpr (Minifloat<F> && std::same_as<T, float>) {
+        const float pow2 = rescale_power_for_cast<F>(a, scaling);
+        ScaledArray<float, P> rebalanced;
+        if (pow2 != 1.0f) rebalanced = scalify::rebalance_scale(a, pow2);
+        const ScaledArray<float, P>& source = pow2 == 1.0f ? a : rebalanced;
+        xt::xarray<float> data = xt::xarray<float>::from_shape(source.shape());
+        const float* in = source.data().data();
+        float* out = data.data();
+        scalify::detail::parallel_ranges(source.size(), [in, out](std::size_t, std::size_t begin, std::size_t end) {
+            fake_quantize_n<F, round_nearest_even, saturate_finite>(std::span<const float>(in + begin, end - begin),
+                                                                    std::span<float>(out + begin, end - begin));
+        });
+        return ScaledArray<float, P>(std::move(data), source.scale());
+    } else {
+        return scalify::cast<float>(recipe_cast_array<F>(a, scaling));
+    }
 }
 
 }  // namespace detail
