@@ -91,8 +91,7 @@ void check_gemm_against_dot(std::size_t m, std::size_t k, std::size_t n, unsigne
     }
     const xt::xarray<float> a_values = xt::cast<float>(a), b_values = xt::cast<float>(b);
     std::vector<float> on_grid(m * n, -1.0f);
-    tc::detail::gemm_into_on_grid<Model>(a_values.data(), dtype_of<TA>, b_values.data(), dtype_of<TB>, m, k, n,
-                                         on_grid.data());
+    tc::detail::gemm_into_on_grid<Model, TA, TB>(a_values.data(), b_values.data(), m, k, n, on_grid.data());
     std::size_t grid_mismatches = 0;
     for (std::size_t i = 0; i < m * n; ++i) grid_mismatches += bits(on_grid[i]) == bits(d.data()[i]) ? 0 : 1;
     INFO(Model::name << " " << m << "x" << k << "x" << n << " seed " << seed << (specials ? " with NaN/inf" : ""));
@@ -394,11 +393,11 @@ TEST_CASE("gemm over float32 values on grids refuses a pair the model does not t
 {
     std::vector<float> x(4, 1.0f), out(4);
     const auto mixed = [&] {
-        tc::detail::gemm_into_on_grid<tc::h100_cublaslt_fp8>(x.data(), dtype::float8_e4m3fn, x.data(), dtype::float16, 2,
-                                                            2, 2, out.data());
+        scalify::detail::gemm_on_grids<tc::h100_cublaslt_fp8>(
+            x.data(), x.data(), scalify::detail::operand_grids{dtype::float8_e4m3fn, dtype::float16}, 2, 2, 2, out.data());
     };
     CHECK_THROWS_AS(mixed(), config_error);
-    CHECK_THROWS_WITH(mixed(), Catch::Contains("does not multiply float8_e4m3fn by float16"));
+    CHECK_THROWS_WITH(mixed(), Catch::Contains("no GEMM model for float8_e4m3fn x float16"));
 }
 
 TEST_CASE("bf16 gemm runs the lanes where the data keep results in float32's normal range", "[tensor_core][gemm]")

@@ -19,7 +19,6 @@
 
 #include <scalify/detail/parallel.hpp>
 #include <scalify/error.hpp>
-#include <scalify/numeric/dtype.hpp>
 #include <scalify/scaled_array.hpp>
 #include <scalify/tensor_core/dot.hpp>
 #include <scalify/tensor_core/model.hpp>
@@ -542,25 +541,6 @@ void gemm_into_on_grid(const float* a, const float* b, std::size_t m, std::size_
             return;
     }
     gemm_reference<Model>({a, &read_operands<TA, float>}, {b, &read_operands<TB, float>}, m, k, n, out);
-}
-
-/// gemm_into_on_grid for formats chosen at run time; config_error if the model's instruction does
-/// not take that pair.
-template <GemmModel Model>
-void gemm_into_on_grid(const float* a, dtype a_type, const float* b, dtype b_type, std::size_t m, std::size_t k,
-                       std::size_t n, float* out)
-{
-    scalify::visit_dtype(a_type, [&]<class TA>() {
-        scalify::visit_dtype(b_type, [&]<class TB>() {
-            if constexpr (!std::same_as<TA, float> && !std::same_as<TB, float> &&
-                          Model::instruction::template takes<TA, TB>) {
-                gemm_into_on_grid<Model, TA, TB>(a, b, m, k, n, out);
-            } else {
-                SCALIFY_THROW(config_error(fmt::format("tensor_core: {} does not multiply {} by {}", Model::name,
-                                                       to_string(a_type), to_string(b_type))));
-            }
-        });
-    });
 }
 
 template <GemmModel Model, class TA, class TB>
