@@ -32,6 +32,7 @@
 #include <scalify/ops/result.hpp>
 #include <scalify/ops/sequence.hpp>
 #include <scalify/ops/shape.hpp>
+#include <scalify/quantize.hpp>
 #include <scalify/scaled_array.hpp>
 #include <scalify/strategy/amax_scaling.hpp>
 #include <scalify/strategy/rescale.hpp>

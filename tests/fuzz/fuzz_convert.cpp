@@ -1,14 +1,18 @@
 // libFuzzer target: scalar and bulk conversion of arbitrary bit patterns in every format and
 // mode. Checked properties, not just "no crash": codes round-trip through float; deterministic
 // rounding is monotonic; bulk equals scalar; fake_quantize_n equals decode(encode); stochastic
-// rounding lands on one of the two neighbours; double and float sources agree on float inputs.
+// rounding lands on one of the two neighbours; double and float sources agree on float inputs;
+// quantize<T> of the inputs as an array picks a valid scale from the finite elements alone, never
+// saturates a finite element under pow2_scale, and stores convert(x * (1 / scale)) element-wise.
 #include <scalify/scalify.hpp>
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <span>
 #include <vector>
 
@@ -85,6 +89,39 @@ void check_format(const std::vector<float>& in, const std::uint8_t* codes, std::
     }
 }
 
+template <class T, class Policy>
+void check_quantize(const std::vector<float>& in)
+{
+    xt::xarray<float> x = xt::xarray<float>::from_shape({in.size()});
+    std::copy(in.begin(), in.end(), x.begin());
+    const auto q = quantize<T, Policy>(x);
+    const float scale = q.scale();
+    const auto scale_bits = std::bit_cast<std::uint32_t>(scale);
+    if (!(scale > 0.0f) || !std::isfinite(scale)) fail("quantize: scale finite and > 0", scale_bits, 0, 0);
+    if (Policy::power_of_two && !is_pow2_or_zero(scale)) fail("quantize: pow2 scale", scale_bits, 0, 0);
+    float amax = 0.0f;
+    for (const float v : in) amax = std::isfinite(v) ? std::max(amax, std::abs(v)) : amax;
+    // q = max(T) / amax (the largest power of two below it under pow2_scale), clamped to 2^127;
+    // the scale is 1 / q, which does not give q back exactly under float_scale.
+    float multiplier = 1.0f;
+    if (amax > 0.0f) {
+        const double exact = static_cast<double>(std::numeric_limits<T>::max()) / static_cast<double>(amax);
+        multiplier = exact < 0x1p127 ? static_cast<float>(exact) : 0x1p127f;
+        if (Policy::power_of_two) multiplier = pow2_round_down(multiplier);
+    }
+    if (scale != 1.0f / multiplier) fail("quantize: scale == 1 / q", scale_bits, 0, std::bit_cast<std::uint32_t>(1.0f / multiplier));
+    for (std::size_t i = 0; i < in.size(); ++i) {
+        const auto input = std::bit_cast<std::uint32_t>(in[i]);
+        const T want = convert<T, round_nearest_even, saturate_finite>(in[i] * multiplier);
+        const T got = q.data()(i);
+        if (isnan(want) ? !isnan(got) : got.bits() != want.bits()) fail("quantize == convert(x * q)", input, got.bits(), want.bits());
+        // Under pow2_scale the multiplier rounds down: no finite element reaches past max(T).
+        if (Policy::power_of_two && std::isfinite(in[i]) &&
+            std::abs(static_cast<double>(in[i]) * multiplier) > static_cast<double>(std::numeric_limits<T>::max()) * (1.0 + 1e-6))
+            fail("quantize: pow2 multiplier does not saturate", input, got.bits(), 0);
+    }
+}
+
 }  // namespace
 
 /// The target's body; fuzz_convert's LLVMFuzzerTestOneInput (generated) calls it.
@@ -108,6 +145,10 @@ int test_one_input(const std::uint8_t* data, std::size_t size)
     check_format<float6_e2m3fn>(in, data, size, random);
     check_format<float6_e3m2fn>(in, data, size, random);
     check_format<float4_e2m1fn>(in, data, size, random);
+    check_quantize<float8_e4m3fn, pow2_scale>(in);
+    check_quantize<float8_e4m3fn, float_scale>(in);
+    check_quantize<float8_e5m2, pow2_scale>(in);
+    check_quantize<float4_e2m1fn, pow2_scale>(in);
     return 0;
 }
 

@@ -110,7 +110,9 @@ TEST_CASE("current_scaling: tensorwise multiplier", "[amax_scaling]")
 {
     const current_scaling<float8_e4m3fn> recipe;
     CHECK(recipe.multiplier(2.0f) == 224.0f);
-    CHECK(recipe.multiplier(0.0f) == 448.0f / 1e-12f);
+    CHECK(recipe.multiplier(0.0f) == 1.0f);  // no finite non-zero element: scale 1, as quantize<T>
+    CHECK(recipe.multiplier(std::numeric_limits<float>::infinity()) == 1.0f);
+    CHECK(recipe.multiplier(1e-30f) == 448.0f / 1e-30f);  // exact down to where q leaves float32
     const current_scaling<float8_e4m3fn> pow2{.power_of_two = true};
     CHECK(pow2.multiplier(2.0f) == 128.0f);
 

@@ -16,6 +16,7 @@
 #include <scalify/error.hpp>
 #include <scalify/numeric/convert.hpp>
 #include <scalify/numeric/limits.hpp>
+#include <scalify/quantize.hpp>
 #include <scalify/scaled_array.hpp>
 
 #include <fmt/format.h>
@@ -42,19 +43,6 @@ template <class T>
     return static_cast<float>(dist::current_reducer().max(static_cast<double>(amax)));
 }
 
-/// x * q cast to Format (saturating: the recipes' casts are satfinite), as a ScaledArray of scale 1/q.
-template <class Format, ScalePolicy Policy, class T>
-[[nodiscard]] ScaledArray<Format, Policy> cast_with_multiplier(const xt::xarray<T>& x, float q)
-{
-    xt::xarray<Format> data = xt::xarray<Format>::from_shape(x.shape());
-    const T* in = x.data();
-    Format* out = data.data();
-    for (std::size_t i = 0; i < x.size(); ++i) {
-        out[i] = convert<Format, round_nearest_even, saturate_finite>(static_cast<float>(load(in[i])) * q);
-    }
-    return ScaledArray<Format, Policy>(std::move(data), 1.0f / q);
-}
-
 }  // namespace detail
 
 /// The hybrid fp8 recipe's formats: E4M3 (precision) forward, E5M2 (range) for gradients.
@@ -63,24 +51,27 @@ struct hybrid_recipe {
     using backward = float8_e5m2;
 };
 
-/// torchao tensorwise scaling: q = max(Format) / max(amax, 1e-12), optionally rounded down to a
-/// power of two (then the returned array is pow2_scale-valid).
+/// torchao tensorwise scaling: q = max(Format) / amax, optionally rounded down to a power of two
+/// (then the returned array is pow2_scale-valid). quantize() is quantize<Format, Policy>(x)
+/// (quantize.hpp) with this object's power-of-two choice: the amax is that of the finite
+/// elements, and an array with no finite non-zero element keeps scale 1.
 template <ScaledElement Format>
 struct current_scaling {
     bool power_of_two = false;
 
     [[nodiscard]] float multiplier(float amax) const noexcept
     {
-        const float q = static_cast<float>(std::numeric_limits<Format>::max()) / std::max(amax, 1e-12f);
-        return power_of_two ? pow2_round_down(q) : q;
+        return power_of_two ? detail::amax_multiplier<Format, true>(amax) : detail::amax_multiplier<Format, false>(amax);
     }
 
     /// Under pow2_scale the multiplier rounds down to a power of two whatever power_of_two says.
     template <ScalePolicy Policy = float_scale, class T>
     [[nodiscard]] ScaledArray<Format, Policy> quantize(const xt::xarray<T>& x) const
     {
-        const float q = multiplier(detail::amax_of(x));
-        return detail::cast_with_multiplier<Format, Policy>(x, Policy::power_of_two ? pow2_round_down(q) : q);
+        const float amax_q = multiplier(detail::finite_amax(x.data(), x.size()));
+        const float q = Policy::power_of_two ? pow2_round_down(amax_q) : amax_q;
+        return ScaledArray<Format, Policy>(detail::cast_multiplied<Format, round_nearest_even, saturate_finite>(x, q, 0),
+                                           1.0f / q);
     }
 };
 
@@ -134,7 +125,7 @@ public:
     [[nodiscard]] ScaledArray<Format, Policy> quantize(const xt::xarray<T>& x)
     {
         const float q = Policy::power_of_two ? pow2_round_down(m_multiplier) : m_multiplier;
-        auto result = detail::cast_with_multiplier<Format, Policy>(x, q);
+        ScaledArray<Format, Policy> result(detail::cast_multiplied<Format, round_nearest_even, saturate_finite>(x, q, 0), 1.0f / q);
         record(detail::amax_of(x));
         return result;
     }
