@@ -165,6 +165,10 @@ TEST_CASE("block-scaled matmul equals the matmul of the values", "[block][matmul
     const auto fa = quantize_blocks<float8_e5m2>(x, 1, 32);
     const auto fb = quantize_blocks<float8_e4m3fn>(w, 32, 8);
     CHECK(relative_rms(matmul(fa, fb).value(), reference(fa, fb)) < 1e-6);
-    CHECK_THROWS_WITH(matmul(qa, quantize_mx<float8_e4m3fn>(w, 0, 16)), Contains("blocks 1x32 and 16x1 do not share their extent along K"));
+    CHECK_THROWS_WITH(matmul(qa, quantize_mx<float8_e4m3fn>(w, 0, 16)),
+                      Contains("a's blocks (1x32) span 32 along K (a's columns) but b's (16x1) span 16 along K"));
+    // Both quantised along axis 1: the message says which axis b needs.
+    CHECK_THROWS_WITH(matmul(qa, quantize_mx<float8_e4m3fn>(w, 1)),
+                      Contains("b's (1x32) span 1 along K (b's rows); quantise a along axis 1 and b along axis 0"));
     CHECK_THROWS_AS(matmul(qa, quantize_mx<float8_e4m3fn>(x, 0)), shape_error);
 }

@@ -53,8 +53,12 @@ template <class A, class SA, class B, class SB>
                                               shape_string(a.shape()), shape_string(b.shape()))));
     }
     if (a.block_cols() != b.block_rows()) {
-        SCALIFY_THROW(shape_error(fmt::format("matmul: blocks {}x{} and {}x{} do not share their extent along K",
-                                              a.block_rows(), a.block_cols(), b.block_rows(), b.block_cols())));
+        // The usual cause: both operands quantised along the same axis. a's K runs along its
+        // columns (blocks along axis 1), b's along its rows (blocks along axis 0).
+        SCALIFY_THROW(shape_error(fmt::format(
+            "matmul: a's blocks ({}x{}) span {} along K (a's columns) but b's ({}x{}) span {} along K (b's rows); "
+            "quantise a along axis 1 and b along axis 0 with the same block size",
+            a.block_rows(), a.block_cols(), a.block_cols(), b.block_rows(), b.block_cols(), b.block_rows())));
     }
     using matrix = detail::row_major_matrix<float>;
     xt::xarray<float> out = xt::xarray<float>::from_shape({m, n});
