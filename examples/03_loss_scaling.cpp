@@ -64,7 +64,7 @@ int main()
     fmt::print("unscaled fp16 gradient: {:.0f}% flushed to zero, relative RMS error {:.3f}\n",
                100 * zero_share(unscaled), relative_rms(unscaled.value(), reference));
     fmt::print("diagnostics of the float32 dy against fp16: {}\n",
-               tensor_stats<Eigen::half>(as_scaled_array(xt::xarray<float>(dy * static_cast<float>(loss_weight))), "fp16"));
+               tensor_stats<Eigen::half>(as_scaled_array(xt::xarray<float>(dy * static_cast<float>(loss_weight))), "dy"));
 
     loss_scaler scaler({.init_scale = 1.0f, .growth_factor = 16.0f, .backoff_factor = 0.25f, .growth_interval = 1});
     fmt::print("\nstep | loss scale | found inf | grads zero | rel. error vs float64\n");

@@ -97,7 +97,7 @@ void print_gradient_diagnostics(const mlp<array>& params, const array& x, const 
     const auto ce = softmax_cross_entropy(as_scaled_array<pow2_scale>(logits), y);
     const auto cotangent = dynamic_rescale_l2(mul(ce.grad, opt.loss_weight));
     const auto cast_data = ad::detail::rescale_for_cast<G>(cotangent, m.scaling).data();
-    const auto stats = tensor_stats<G>(as_scaled_array<pow2_scale>(xt::xarray<float>(cast_data)), std::string(to_string(m.gradient)));
+    const auto stats = tensor_stats<G>(as_scaled_array<pow2_scale>(xt::xarray<float>(cast_data)), "logits gradient");
     fmt::print("first-step logits gradient as cast ({} scaling): {}\n",
                m.scaling == ad::cast_scaling::unscaled ? "no" : m.scaling == ad::cast_scaling::current ? "current" : "propagated",
                stats);

@@ -10,6 +10,7 @@
 
 using namespace scalify;
 using Catch::Matchers::Contains;
+using Catch::Matchers::StartsWith;
 
 TEST_CASE("loss_scaler defaults and formulas", "[loss_scaler]")
 {
@@ -178,7 +179,7 @@ TEST_CASE("dynamic_rescale_max / l1 / l2 move the magnitude into the scale", "[r
 TEST_CASE("tensor_stats judge values against a target format", "[diagnostics]")
 {
     const auto a = make_scaled_array(xt::xarray<float>{0.0f, 1.0f, -500.0f, 0.001f, 1e-4f, std::nanf("")}, 1.0f);
-    const auto s = tensor_stats<float8_e4m3fn>(a, "e4m3fn");
+    const auto s = tensor_stats<float8_e4m3fn>(a, "a");
     CHECK(s.count == 6);
     CHECK(s.zeros == 1);
     CHECK(s.non_finite == 1);
@@ -189,7 +190,20 @@ TEST_CASE("tensor_stats judge values against a target format", "[diagnostics]")
     CHECK(s.subnormal_fraction == Approx(1.0 / 4));   // 0.001 is in [2^-10, 2^-6)
     CHECK(s.exponent_histogram.at(8) == 1);           // 500
     const std::string text = fmt::format("{}", s);
-    CHECK_THAT(text, Contains("6 elements vs e4m3fn: amax 500"));
+    CHECK_THAT(text, Contains("a: 6 elements as float8_e4m3fn: amax 500"));
+    CHECK_THAT(fmt::format("{}", tensor_stats<float4_e2m1fn>(a)), StartsWith("6 elements as float4_e2m1fn: "));
+    // element_name spells every format as ml_dtypes does.
+    CHECK(element_name<float8_e5m2> == "float8_e5m2");
+    CHECK(element_name<float8_e4m3fnuz> == "float8_e4m3fnuz");
+    CHECK(element_name<float8_e5m2fnuz> == "float8_e5m2fnuz");
+    CHECK(element_name<float8_e4m3b11fnuz> == "float8_e4m3b11fnuz");
+    CHECK(element_name<float8_e3m4> == "float8_e3m4");
+    CHECK(element_name<float8_e4m3> == "float8_e4m3");
+    CHECK(element_name<float8_e8m0fnu> == "float8_e8m0fnu");
+    CHECK(element_name<float6_e2m3fn> == "float6_e2m3fn");
+    CHECK(element_name<float6_e3m2fn> == "float6_e3m2fn");
+    CHECK(element_name<Eigen::bfloat16> == "bfloat16");
+    CHECK(element_name<double> == "float64");
     CHECK_THAT(text, Contains("saturate 16.67%"));
 
     scale_tracker tracker;

@@ -13,6 +13,7 @@
 
 #include <scalify/error.hpp>
 #include <scalify/numeric/eigen.hpp>
+#include <scalify/numeric/dtype.hpp>
 #include <scalify/numeric/minifloat.hpp>
 #include <scalify/ops/elementwise.hpp>
 #include <scalify/scaled_array.hpp>
@@ -34,12 +35,7 @@ concept GradientElement = std::same_as<G, float> || std::same_as<G, double> || s
                           std::same_as<G, float8_e5m2>;
 
 template <GradientElement G>
-inline constexpr std::string_view gradient_type_name = std::same_as<G, float>             ? "float32"
-                                                       : std::same_as<G, double>          ? "float64"
-                                                       : std::same_as<G, Eigen::half>     ? "float16"
-                                                       : std::same_as<G, Eigen::bfloat16> ? "bfloat16"
-                                                       : std::same_as<G, float8_e4m3fn>   ? "float8_e4m3fn"
-                                                                                          : "float8_e5m2";
+inline constexpr std::string_view gradient_type_name = element_name<G>;
 
 template <ScalePolicy P>
 class gradient {

@@ -6,10 +6,12 @@
 ///   zero, share landing in Target's subnormals, a histogram of binary exponents), printable with fmt;
 /// - scale_tracker: per-op scales and data amax over steps, written as CSV.
 ///
-///     fmt::print("{}\n", tensor_stats<float8_e4m3fn>(grad));
+///     fmt::print("{}\n", tensor_stats<float8_e4m3fn>(grad, "fc1.grad"));
+///     // fc1.grad: 4096 elements as float8_e4m3fn: amax 3.1, ..., flush to zero 0.12%, ...
 ///     tracker.record(step, "fc1.matmul", y);  ...  tracker.write_csv(file);
 
 #include <scalify/numeric/convert.hpp>
+#include <scalify/numeric/dtype.hpp>
 #include <scalify/numeric/limits.hpp>
 #include <scalify/scaled_array.hpp>
 
@@ -25,7 +27,8 @@
 namespace scalify {
 
 struct tensor_stats_result {
-    std::string target;                 ///< the format judged against
+    std::string name;                   ///< the tensor's name, as the caller gave it ("" if none)
+    std::string target;                 ///< the format judged against (element_name<Target>)
     std::size_t count = 0;              ///< elements
     std::size_t zeros = 0;              ///< exact zeros in the value
     std::size_t non_finite = 0;         ///< inf or NaN already in the value
@@ -37,16 +40,18 @@ struct tensor_stats_result {
     std::map<int, std::size_t> exponent_histogram;  ///< floor(log2 |value|) -> count, non-zero finite elements
 };
 
-/// The statistics of a.value() (computed in double) judged against Target's range.
+/// The statistics of a.value() (computed in double) judged against Target's range; `name` names
+/// the tensor in the printed line.
 template <ScaledElement Target, class T, class P>
-[[nodiscard]] tensor_stats_result tensor_stats(const ScaledArray<T, P>& a, std::string target_name = "target")
+[[nodiscard]] tensor_stats_result tensor_stats(const ScaledArray<T, P>& a, std::string name = {})
 {
     const double max = static_cast<double>(static_cast<float>(std::numeric_limits<Target>::max()));
     const double min_normal = static_cast<double>(static_cast<float>(std::numeric_limits<Target>::min()));
     // Largest magnitude that rounds to zero: half the smallest subnormal (ties to even: to zero).
     const double zero_threshold = static_cast<double>(static_cast<float>(std::numeric_limits<Target>::denorm_min())) / 2;
     tensor_stats_result r;
-    r.target = std::move(target_name);
+    r.name = std::move(name);
+    r.target = std::string(element_name<Target>);
     r.count = a.size();
     std::size_t saturating = 0, underflowing = 0, subnormal = 0, nonzero = 0;
     double smallest = std::numeric_limits<double>::infinity();
@@ -120,11 +125,13 @@ struct fmt::formatter<scalify::tensor_stats_result> {
     template <class Context>
     auto format(const scalify::tensor_stats_result& s, Context& ctx) const
     {
-        auto out = fmt::format_to(ctx.out(),
-                                  "{} elements vs {}: amax {:.4g}, min non-zero {:.4g}, zeros {}, non-finite {}, "
-                                  "saturate {:.2f}%, flush to zero {:.2f}%, subnormal {:.2f}%; exponents",
-                                  s.count, s.target, s.amax, s.min_nonzero, s.zeros, s.non_finite, 100 * s.saturate_fraction,
-                                  100 * s.underflow_fraction, 100 * s.subnormal_fraction);
+        auto out = ctx.out();
+        if (!s.name.empty()) out = fmt::format_to(out, "{}: ", s.name);
+        out = fmt::format_to(out,
+                             "{} elements as {}: amax {:.4g}, min non-zero {:.4g}, zeros {}, non-finite {}, "
+                             "saturate {:.2f}%, flush to zero {:.2f}%, subnormal {:.2f}%; exponents",
+                             s.count, s.target, s.amax, s.min_nonzero, s.zeros, s.non_finite, 100 * s.saturate_fraction,
+                             100 * s.underflow_fraction, 100 * s.subnormal_fraction);
         for (const auto& [exponent, count] : s.exponent_histogram) out = fmt::format_to(out, " 2^{}:{}", exponent, count);
         return out;
     }
