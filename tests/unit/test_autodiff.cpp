@@ -260,8 +260,17 @@ TEST_CASE("a matmul precision scope casts operands and cotangents, and is restor
         CHECK(low.data()() == direct.data()());
         CHECK(low.value()() != exact.value()());
         CHECK(xt::allclose(g_low.value(), g_exact.value(), 0.2, 0.2 * double(xt::amax(xt::abs(g_exact.value()))())));
+        {
+            // The off state, inside a recipe: float32 again, bit for bit, then the recipe back.
+            const ad::matmul_precision_scope off(ad::full_precision);
+            CHECK(ad::current_matmul_precision() == ad::full_precision);
+            const auto [again, g_again] = ad::value_and_grad<unit_scaling>(loss, w);
+            CHECK(again.data()() == exact.data()());
+            CHECK(bool(g_again.value() == g_exact.value()));
+        }
+        CHECK(ad::current_matmul_precision() == ad::matmul_precision{dtype::float8_e4m3fn, dtype::float8_e5m2});
     }
-    CHECK(ad::current_matmul_precision().forward == dtype::float32);
+    CHECK(ad::current_matmul_precision() == ad::full_precision);
 }
 
 TEST_CASE("misuse of the autodiff layer is a typed error naming what went wrong", "[autodiff]")

@@ -43,7 +43,12 @@ struct matmul_precision {
     dtype forward = dtype::float32;
     dtype gradient = dtype::float32;
     cast_scaling scaling = cast_scaling::propagated;
+
+    friend bool operator==(const matmul_precision&, const matmul_precision&) = default;
 };
+
+/// The recipe off: float32 operands forward and backward (what a thread runs outside any scope).
+inline constexpr matmul_precision full_precision{};
 
 namespace detail {
 inline matmul_precision& matmul_precision_state() noexcept
@@ -130,12 +135,18 @@ template <ScaledElement F, class T, ScalePolicy P>
 [[nodiscard]] inline matmul_precision current_matmul_precision() noexcept { return detail::matmul_precision_state(); }
 
 /// Sets this thread's matmul recipe for the scope's lifetime.
+///     ad::matmul_precision_scope fp8(dtype::float8_e4m3fn, dtype::float8_e5m2);
+///     ad::matmul_precision_scope eval(ad::full_precision);             // off again, e.g. to evaluate
+///     ad::matmul_precision_scope maybe(use_fp8 ? fp8_recipe : ad::full_precision);
 class matmul_precision_scope {
 public:
     matmul_precision_scope(dtype forward, dtype gradient, cast_scaling scaling = cast_scaling::propagated) noexcept
-        : m_previous(detail::matmul_precision_state())
+        : matmul_precision_scope(matmul_precision{forward, gradient, scaling})
     {
-        detail::matmul_precision_state() = {forward, gradient, scaling};
+    }
+    explicit matmul_precision_scope(matmul_precision recipe) noexcept : m_previous(detail::matmul_precision_state())
+    {
+        detail::matmul_precision_state() = recipe;
     }
     ~matmul_precision_scope() { detail::matmul_precision_state() = m_previous; }
     matmul_precision_scope(const matmul_precision_scope&) = delete;
