@@ -47,6 +47,13 @@ public:
     using error::error;
 };
 
+/// A NaN or inf met inside a check_finite_scope (strategy/non_finite.hpp): the message names the
+/// op and the tensor's statistics.
+class non_finite_error : public error {
+public:
+    using error::error;
+};
+
 /// Ranks of a data-parallel job that cannot agree: a failed collective (MPI's error string is in
 /// the message), gradients whose shapes or types differ between ranks, another rank of a
 /// dist::thread_group that failed while this one waited for it.

@@ -24,6 +24,7 @@
 #include <scalify/numeric/convert.hpp>
 #include <scalify/numeric/limits.hpp>
 #include <scalify/scaled_array.hpp>
+#include <scalify/strategy/non_finite.hpp>
 
 #include <cmath>
 #include <cstddef>
@@ -53,10 +54,12 @@ struct mx_blocks {
 
 namespace detail {
 
-/// Largest finite |x| (NaN and inf skipped), agreed over the ranks of dist::current_reducer().
+/// Largest finite |x| (NaN and inf skipped: strategy/non_finite.hpp), agreed over the ranks of
+/// dist::current_reducer(). In the checked mode a NaN or inf in x throws, naming `op`.
 template <class U>
-[[nodiscard]] float finite_amax(const U* x, std::size_t n)
+[[nodiscard]] float finite_amax(const char* op, const U* x, std::size_t n)
 {
+    if (checking_finite()) (void)summarize_for_scale(op, x, n);
     float amax = 0.0f;
     for (std::size_t i = 0; i < n; ++i) {
         const float m = std::abs(static_cast<float>(load(x[i])));
@@ -104,7 +107,7 @@ template <class T, class Rounding, class Saturation, class U>
 template <class T, class Policy, class Rounding, class Saturation, class U>
 [[nodiscard]] ScaledArray<T, Policy> quantize_per_tensor(const xt::xarray<U>& x, std::uint64_t seed)
 {
-    const float q = amax_multiplier<T, Policy::power_of_two>(finite_amax(x.data(), x.size()));
+    const float q = amax_multiplier<T, Policy::power_of_two>(finite_amax("quantize", x.data(), x.size()));
     return ScaledArray<T, Policy>(cast_multiplied<T, Rounding, Saturation>(x, q, seed), 1.0f / q);
 }
 

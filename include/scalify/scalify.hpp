@@ -35,6 +35,7 @@
 #include <scalify/quantize.hpp>
 #include <scalify/scaled_array.hpp>
 #include <scalify/strategy/amax_scaling.hpp>
+#include <scalify/strategy/non_finite.hpp>
 #include <scalify/strategy/rescale.hpp>
 #include <scalify/strategy/scaling.hpp>
 #include <scalify/tensor_core.hpp>

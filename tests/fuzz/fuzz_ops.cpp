@@ -2,7 +2,9 @@
 // (0, subnormal, huge, NaN, inf) and data. Invalid input must end in a scalify::error (never a
 // crash, UB or out-of-bounds access); valid results must have the right shape and a valid scale,
 // and add/mul must agree with the double computation where everything is finite and in range.
-// all_reduce_gradients joins them, over one process and two thread ranks.
+// all_reduce_gradients joins them, over one process and two thread ranks. In the checked mode
+// (check_finite_scope) an op either throws non_finite_error or returns finite data; quantize<T>
+// returns a valid scale for any input.
 #include "fuzz_support.hpp"
 
 #include <scalify/scalify.hpp>
@@ -46,6 +48,17 @@ void check_result(const ScaledArray<T, P>& r)
     if (!(r.scale() >= 0.0f) || !std::isfinite(r.scale())) fail("result scale finite and >= 0");
     if (P::power_of_two && !is_pow2_or_zero(r.scale())) fail("pow2 result scale");
     if (r.data().size() != detail::element_count(r.shape())) fail("result size matches shape");
+}
+
+/// In the checked mode: a result that got through holds no NaN or inf (a zero scale means zeros).
+template <class T, class P>
+void check_finite_result(const ScaledArray<T, P>& r)
+{
+    check_result(r);
+    if (r.scale() == 0.0f) return;
+    for (const auto& x : r.data()) {
+        if (!std::isfinite(static_cast<double>(detail::load(x)))) fail("checked mode: a result with NaN or inf got through");
+    }
 }
 
 template <class F>
@@ -182,6 +195,19 @@ void exercise(reader& in)
             (void)cond;
         });
         (void)tensor_stats<float8_e4m3fn>(a);
+        {
+            const check_finite_scope checked;
+            guarded([&] { check_finite_result(add(a, b)); });
+            guarded([&] { check_finite_result(matmul<dynamic_abs<float8_e4m3fn>>(a, b)); });
+            guarded([&] { check_finite_result(mul<natural_scaling, float8_e4m3fn>(a, b)); });
+            guarded([&] { check_finite_result(dynamic_rescale_l2(a)); });
+            guarded([&] { check_finite_result(cast<float8_e4m3fn>(a)); });
+        }
+        guarded([&] {
+            const auto q = quantize<float8_e4m3fn>(a.value());
+            check_result(q);
+            if (!(q.scale() > 0.0f)) fail("quantize: scale > 0");
+        });
         guarded([&] { all_reduce_two_ways(in, a); });
     });
 }

@@ -71,9 +71,10 @@ template <ScaledElement F, class T, ScalePolicy P>
     } else {
         // The amax of every rank (dist::current_reducer()): all ranks cast under one scale. Every
         // rank takes part, a zero-scale array too.
+        // The finite elements' amax (strategy/non_finite.hpp).
         double amax = 0.0;
         if (a.scale() != 0.0f) {
-            for (const auto& x : a.data()) amax = std::max(amax, std::abs(double(scalify::detail::load(x))));
+            amax = scalify::detail::summarize_for_scale("matmul_precision_scope's cast", a.data().data(), a.size(), a.scale()).amax;
         }
         amax = dist::detail::global_data_amax(amax, double(a.scale()));
         if (a.scale() == 0.0f || !(amax > 0.0) || !std::isfinite(amax)) return 1.0f;

@@ -14,6 +14,7 @@
 /// Elements are cast with nearest-even rounding and saturation (satfinite).
 
 #include <scalify/block/block_scaled_array.hpp>
+#include <scalify/strategy/non_finite.hpp>
 
 #include <algorithm>
 #include <bit>
@@ -53,6 +54,7 @@ struct block_geometry {
 template <class Element, class ScaleT, class ScaleOf>
 [[nodiscard]] BlockScaledArray<Element, ScaleT> quantize_by_block(const xt::xarray<float>& x, const block_geometry& g, ScaleOf scale_of)
 {
+    if (checking_finite()) (void)summarize_for_scale("block quantisation", x.data(), x.size());
     xt::xarray<Element> data = xt::xarray<Element>::from_shape({g.rows, g.cols});
     xt::xarray<ScaleT> scales = xt::xarray<ScaleT>::from_shape({g.scale_rows, g.scale_cols});
     const float* in = x.data();

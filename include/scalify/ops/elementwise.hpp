@@ -499,7 +499,9 @@ template <ScaledElement U, RoundingPolicy Rounding = round_nearest_even, Saturat
 [[nodiscard]] ScaledArray<U, P> cast(const ScaledArray<T, P>& a)
 {
     if constexpr (std::same_as<U, T>) {
-        return ScaledArray<U, P>(a.data(), a.scale());
+        ScaledArray<U, P> result(a.data(), a.scale());
+        detail::check_output("cast", result);
+        return result;
     } else {
         xt::xarray<U> data = xt::xarray<U>::from_shape(a.shape());
         const T* in = a.data().data();
@@ -511,7 +513,9 @@ template <ScaledElement U, RoundingPolicy Rounding = round_nearest_even, Saturat
                 for (std::size_t i = begin; i < end; ++i) out[i] = static_cast<U>(detail::load(in[i]));
             }
         });
-        return ScaledArray<U, P>(std::move(data), a.scale());
+        ScaledArray<U, P> result(std::move(data), a.scale());
+        detail::check_output("cast", result);  // an overflow without saturation is NaN or inf
+        return result;
     }
 }
 

@@ -303,7 +303,9 @@ template <bool NeedsAmax, class R, class C, ScalePolicy P, bool TransposeA, bool
             const auto alpha = static_cast<C>(double(request.natural) / double(scale));
             gemm_any_thread_count<C, TransposeA, TransposeB>(a, b, m, k, n, data.data(), alpha);
         }
-        return ScaledArray<R, P>(std::move(data), request.natural == 0.0f ? 0.0f : scale);
+        ScaledArray<R, P> result(std::move(data), request.natural == 0.0f ? 0.0f : scale);
+        check_output("matmul", result);
+        return result;
     } else {
         (void)buffer;
         std::vector<C> product(m * n);
@@ -358,7 +360,9 @@ template <bool NeedsAmax, class Out, class Gemm, bool TransposeA = false, bool T
                 if (alpha != C(1))
                     for (std::size_t i = 0; i < m * n; ++i) out[i] *= alpha;
             }
-            return ScaledArray<R, P>(std::move(data), request.natural == 0.0f ? 0.0f : scale);
+            ScaledArray<R, P> result(std::move(data), request.natural == 0.0f ? 0.0f : scale);
+            check_output("matmul", result);
+            return result;
         } else {
             std::vector<float>& product = model_product_buffer();
             if (product.size() < m * n) product.resize(m * n);

@@ -5,6 +5,7 @@
 
 #include <scalify/detail/parallel.hpp>
 #include <scalify/scaled_array.hpp>
+#include <scalify/strategy/non_finite.hpp>
 #include <scalify/strategy/scaling.hpp>
 
 #include <fmt/format.h>
@@ -156,7 +157,8 @@ template <bool NeedsAmax, ScalePolicy Policy, ScaledElement Out, class C, class 
             for (std::size_t i = begin; i < end; ++i) {
                 raw[i] = raw_at(i);
                 const C magnitude = std::abs(raw[i]);
-                amax = magnitude > amax ? magnitude : amax;  // NaN never wins
+                // Finite elements only (strategy/non_finite.hpp): NaN never wins, inf is skipped.
+                amax = magnitude > amax && magnitude <= std::numeric_limits<C>::max() ? magnitude : amax;
             }
             range_amax[range] = amax;
         });
@@ -165,11 +167,15 @@ template <bool NeedsAmax, ScalePolicy Policy, ScaledElement Out, class C, class 
         request.raw_amax = static_cast<float>(amax);
         const float scale = checked_output_scale<Policy>(rule(request), op, request);
         write(scale, [&](std::size_t i) { return raw[i]; });
-        return ScaledArray<Out, Policy>(std::move(data), request.natural == 0.0f ? 0.0f : scale);
+        ScaledArray<Out, Policy> result(std::move(data), request.natural == 0.0f ? 0.0f : scale);
+        check_output(op, result);
+        return result;
     } else {
         const float scale = checked_output_scale<Policy>(rule(request), op, request);
         write(scale, raw_at);
-        return ScaledArray<Out, Policy>(std::move(data), request.natural == 0.0f ? 0.0f : scale);
+        ScaledArray<Out, Policy> result(std::move(data), request.natural == 0.0f ? 0.0f : scale);
+        check_output(op, result);
+        return result;
     }
 }
 

@@ -5,9 +5,11 @@
 /// - delayed_scaling<Format> (TransformerEngine): the amax history of earlier casts, so the scale
 ///   is known before the data are (one step of lag).
 /// The amax is the global one over the ranks of dist::current_reducer() (TransformerEngine's amax
-/// reduction group), so every rank casts with the same scale. Both use the recipes' convention, a *multiplier* q = max(Format) * 2^-margin / amax applied to
-/// the data before the cast; the ScaledArray they return carries our convention, scale = 1 / q,
-/// so value() is the original tensor up to the cast's rounding.
+/// reduction group), so every rank casts with the same scale; it is the amax of the finite
+/// elements (strategy/non_finite.hpp). Both use the recipes' convention, a *multiplier*
+/// q = max(Format) * 2^-margin / amax applied to the data before the cast; the ScaledArray they
+/// return carries our convention, scale = 1 / q, so value() is the original tensor up to the
+/// cast's rounding.
 ///
 ///     delayed_scaling<float8_e4m3fn> recipe;                 // history 1024, max, margin 0
 ///     auto x8 = recipe.quantize(activations);                  // uses the scale from history, then records amax
@@ -28,22 +30,6 @@
 
 namespace scalify {
 
-namespace detail {
-
-/// max |x| over the finite and infinite elements (NaN ignored), and over every rank of
-/// dist::current_reducer() (NaN when a rank's is).
-template <class T>
-[[nodiscard]] float amax_of(const xt::xarray<T>& x)
-{
-    float amax = 0.0f;
-    for (const auto& e : x) {
-        const float m = std::abs(static_cast<float>(load(e)));
-        amax = m > amax ? m : amax;
-    }
-    return static_cast<float>(dist::current_reducer().max(static_cast<double>(amax)));
-}
-
-}  // namespace detail
 
 /// The hybrid fp8 recipe's formats: E4M3 (precision) forward, E5M2 (range) for gradients.
 struct hybrid_recipe {
@@ -68,7 +54,7 @@ struct current_scaling {
     template <ScalePolicy Policy = float_scale, class T>
     [[nodiscard]] ScaledArray<Format, Policy> quantize(const xt::xarray<T>& x) const
     {
-        const float amax_q = multiplier(detail::finite_amax(x.data(), x.size()));
+        const float amax_q = multiplier(detail::finite_amax("current_scaling::quantize", x.data(), x.size()));
         const float q = Policy::power_of_two ? pow2_round_down(amax_q) : amax_q;
         return ScaledArray<Format, Policy>(detail::cast_multiplied<Format, round_nearest_even, saturate_finite>(x, q, 0),
                                            1.0f / q);
@@ -84,7 +70,7 @@ struct delayed_scaling_config {
 };
 
 /// TransformerEngine delayed scaling. quantize() casts with the current multiplier, records the
-/// tensor's amax, and recomputes the multiplier from the history: q = max(Format) * 2^-margin /
+/// tensor's finite amax, and recomputes the multiplier from the history: q = max(Format) * 2^-margin /
 /// amax(history), keeping the old q when that amax is 0, inf or NaN. Initial q = 1.
 template <ScaledElement Format>
 class delayed_scaling {
@@ -126,7 +112,7 @@ public:
     {
         const float q = Policy::power_of_two ? pow2_round_down(m_multiplier) : m_multiplier;
         ScaledArray<Format, Policy> result(detail::cast_multiplied<Format, round_nearest_even, saturate_finite>(x, q, 0), 1.0f / q);
-        record(detail::amax_of(x));
+        record(detail::finite_amax("delayed_scaling::quantize", x.data(), x.size()));
         return result;
     }
 

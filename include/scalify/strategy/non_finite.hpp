@@ -1,0 +1,121 @@
+#pragma once
+/// \file non_finite.hpp
+/// One rule for non-finite data in every scale decision taken from the data (quantize,
+/// current_scaling, delayed_scaling, dynamic_rescale_*, dynamic_abs, the matmul recipe's current
+/// casts): the statistic (amax, mean |x|, RMS) is that of the finite elements, so a NaN or inf
+/// costs no other element its precision; NaN stays NaN in the data and inf follows the store's
+/// saturation policy. docs/errors.md has the table, op by op.
+///
+/// The checked mode, for a divergence: inside a check_finite_scope (per thread, nestable), the
+/// first op whose output, or scale decision whose input, holds a NaN or inf throws
+/// non_finite_error naming the op and the tensor's statistics.
+///
+///     { check_finite_scope checked; train_step(params, batch); }   // throws at the first NaN / inf
+
+#include <scalify/error.hpp>
+#include <scalify/scaled_array.hpp>
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <cstddef>
+#include <limits>
+
+namespace scalify {
+
+namespace detail {
+
+[[nodiscard]] inline int& check_finite_depth() noexcept
+{
+    thread_local int depth = 0;
+    return depth;
+}
+
+}  // namespace detail
+
+/// Whether this thread runs inside a check_finite_scope.
+[[nodiscard]] inline bool checking_finite() noexcept { return detail::check_finite_depth() > 0; }
+
+/// Turns the checked mode on for this thread for the scope's lifetime.
+class check_finite_scope {
+public:
+    check_finite_scope() noexcept { ++detail::check_finite_depth(); }
+    ~check_finite_scope() { --detail::check_finite_depth(); }
+    check_finite_scope(const check_finite_scope&) = delete;
+    check_finite_scope& operator=(const check_finite_scope&) = delete;
+};
+
+/// Statistics of a tensor's finite elements and its count of non-finite ones, in data units.
+struct finite_summary {
+    std::size_t count = 0;  ///< elements
+    std::size_t nan = 0;
+    std::size_t inf = 0;
+    double amax = 0.0;         ///< max |x| over the finite elements
+    double sum_abs = 0.0;      ///< over the finite elements
+    double sum_squares = 0.0;  ///< over the finite elements
+
+    [[nodiscard]] std::size_t non_finite() const noexcept { return nan + inf; }
+    [[nodiscard]] std::size_t finite() const noexcept { return count - non_finite(); }
+    [[nodiscard]] double mean_abs() const noexcept { return finite() ? sum_abs / double(finite()) : 0.0; }
+    [[nodiscard]] double rms() const noexcept { return finite() ? std::sqrt(sum_squares / double(finite())) : 0.0; }
+};
+
+namespace detail {
+
+/// One pass over n elements of T (decoded exactly to float or double).
+template <class T>
+[[nodiscard]] finite_summary summarize_finite(const T* data, std::size_t n)
+{
+    finite_summary s;
+    s.count = n;
+    for (std::size_t i = 0; i < n; ++i) {
+        const double v = static_cast<double>(load(data[i]));
+        if (std::isnan(v)) {
+            ++s.nan;
+        } else if (std::isinf(v)) {
+            ++s.inf;
+        } else {
+            const double m = std::abs(v);
+            s.amax = m > s.amax ? m : s.amax;
+            s.sum_abs += m;
+            s.sum_squares += m * m;
+        }
+    }
+    return s;
+}
+
+[[noreturn]] inline void throw_non_finite(const char* op, const char* what, const finite_summary& s, double scale)
+{
+    SCALIFY_THROW(non_finite_error(fmt::format(
+        "{}: {} holds {} NaN and {} inf among {} elements (scale {}; finite elements' amax {:.4g}, RMS {:.4g}, "
+        "in data units)",
+        op, what, s.nan, s.inf, s.count, scale, s.amax, s.rms())));
+}
+
+/// In the checked mode, non_finite_error if `s` counts a NaN or inf.
+inline void check_summary(const char* op, const char* what, const finite_summary& s, double scale)
+{
+    if (checking_finite() && s.non_finite() != 0) throw_non_finite(op, what, s, scale);
+}
+
+/// In the checked mode, non_finite_error if the op's result holds a NaN or inf (a result of
+/// scale 0 is zeros whatever its data hold). Outside it, one load of a thread_local.
+template <class T, class P>
+void check_output(const char* op, const ScaledArray<T, P>& result)
+{
+    if (!checking_finite() || result.scale() == 0.0f) [[likely]] return;
+    check_summary(op, "its result", summarize_finite(result.data().data(), result.size()), result.scale());
+}
+
+/// The summary of a scale decision's input, checked in the checked mode.
+template <class T>
+[[nodiscard]] finite_summary summarize_for_scale(const char* op, const T* data, std::size_t n, double scale = 1.0)
+{
+    finite_summary s = summarize_finite(data, n);
+    check_summary(op, "the input of its scale decision", s, scale);
+    return s;
+}
+
+}  // namespace detail
+
+}  // namespace scalify
