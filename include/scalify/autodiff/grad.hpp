@@ -197,14 +197,17 @@ consteval bool checked_parameters()
     return trees;
 }
 
+/// value_and_grad's step; `observer` (ad::inspect's, else null) observes its tape while f runs
+/// and during the backward sweep.
 template <class Strategy, class F, class... Params>
-[[nodiscard]] auto checked_value_and_grad(F&& f, const Params&... params)
+[[nodiscard]] auto checked_value_and_grad(tape_observer* observer, F&& f, const Params&... params)
 {
     static_assert(sizeof...(Params) > 0, "value_and_grad: give at least one parameter tree");
     using first = typename detail::first_leaf<std::tuple_element_t<0, std::tuple<Params...>>>::type;
     using P = typename first::scale_policy;
 
     tape<P> recording;
+    const observing_scope observing(observer, recording);
     // The parameters are read in place (no copy per call): f must not change them.
     auto watch = [&](const auto& leaf) { return recording.template watch_in_place<Strategy>(leaf); };
     // Braced initialisation evaluates left to right: parameters are watched in order.
@@ -255,7 +258,7 @@ template <class Strategy = default_scaling, class F, class... Params>
 [[nodiscard]] auto value_and_grad(F&& f, const Params&... params)
 {
     if constexpr (detail::checked_strategy<Strategy>() && detail::checked_parameters<Params...>()) {
-        return detail::checked_value_and_grad<Strategy>(std::forward<F>(f), params...);
+        return detail::checked_value_and_grad<Strategy>(nullptr, std::forward<F>(f), params...);
     } else {
         return value_and_grad_result<int, int>{};  // never used: a static_assert above has failed
     }

@@ -21,15 +21,21 @@
 
 #include <scalify/autodiff/gradient.hpp>
 #include <scalify/error.hpp>
+#include <scalify/numeric/dtype.hpp>
+#include <scalify/numeric/limits.hpp>
 #include <scalify/ops/elementwise.hpp>
 #include <scalify/scaled_array.hpp>
 #include <scalify/strategy/scaling.hpp>
 
 #include <fmt/format.h>
 
+#include <array>
 #include <cstddef>
 #include <functional>
+#include <limits>
 #include <memory>
+#include <span>
+#include <string_view>
 #include <tuple>
 #include <type_traits>
 #include <utility>
@@ -143,6 +149,105 @@ struct tape_state {
     std::vector<std::shared_ptr<node_base<P>>> nodes;
 };
 
+// ---- what an inspection sees (autodiff/inspect.hpp) ------------------------------------------
+
+/// An element type without its C++ type, as an inspection reads it: one per element type, made
+/// on first use (only while an inspection runs).
+struct erased_element {
+    std::string_view name;  ///< element_name<T>
+    double max_finite = 0;  ///< the largest finite magnitude
+    double min_normal = 0;  ///< the smallest positive normal magnitude
+    bool wide = false;      ///< computes in double (T is double); else in float
+    /// out[i] = data[first + i] as a double (exact), for i < count.
+    void (*widen)(const void* data, std::size_t first, std::size_t count, double* out) = nullptr;
+};
+
+template <ScaledElement T>
+void widen_elements(const void* data, std::size_t first, std::size_t count, double* out) noexcept
+{
+    const T* in = static_cast<const T*>(data) + first;
+    for (std::size_t i = 0; i < count; ++i) out[i] = static_cast<double>(scalify::detail::load(in[i]));
+}
+
+template <ScaledElement T>
+[[nodiscard]] const erased_element& erased_element_of()
+{
+    static const erased_element type{element_name<T>, static_cast<double>(static_cast<compute_t<T>>(std::numeric_limits<T>::max())),
+                                     static_cast<double>(static_cast<compute_t<T>>(std::numeric_limits<T>::min())),
+                                     std::same_as<T, double>, &widen_elements<T>};
+    return type;
+}
+
+/// A value or a cotangent without its element type: its data are read in place.
+struct erased_array {
+    const erased_element* type = nullptr;
+    const void* data = nullptr;
+    std::span<const std::size_t> shape;
+    std::size_t size = 0;
+    float scale = 0;
+};
+
+template <ScaledElement T, ScalePolicy P>
+[[nodiscard]] erased_array erase(const ScaledArray<T, P>& a)
+{
+    return {&erased_element_of<T>(), a.data().data(), std::span<const std::size_t>(a.shape().data(), a.shape().size()),
+            a.size(), a.scale()};
+}
+
+/// An op's input as an observer sees it: its value and where it was recorded.
+struct erased_input {
+    erased_array value;
+    const void* tape = nullptr;  ///< the tape it is a node of; null for a constant
+    std::size_t index = 0;       ///< its position on that tape
+};
+
+/// What a tape reports to while an inspection is active on this thread (active_tape_observer):
+/// each op recorded on the observed tape, and each cotangent its backward sweep sends on, in
+/// the types they are held in. The statistics are computed by the observer from these views,
+/// once per element type, not by the ops. With no observer a tape pays one test of a
+/// thread-local pointer per recorded op and one per backward sweep.
+class tape_observer {
+public:
+    tape_observer() = default;
+    tape_observer(const tape_observer&) = delete;
+    tape_observer& operator=(const tape_observer&) = delete;
+    virtual ~tape_observer() = default;
+
+    /// Node `index` was recorded by `op` with this output, from these inputs.
+    virtual void recorded(std::size_t index, const char* op, const erased_array& output, std::span<const erased_input> inputs) = 0;
+    /// The sweep is about to run node `index`'s backward rule with this (summed) cotangent.
+    virtual void reached(std::size_t index, const erased_array& cotangent) = 0;
+
+    const void* tape = nullptr;  ///< the tape observed: ops of any other tape are not reported
+};
+
+/// This thread's observer (null: none, the usual case).
+[[nodiscard]] inline tape_observer*& active_tape_observer() noexcept
+{
+    thread_local tape_observer* observer = nullptr;
+    return observer;
+}
+
+/// The active observer if it observes `tape`, else null.
+[[nodiscard]] inline tape_observer* observer_of(const void* tape) noexcept
+{
+    tape_observer* const observer = active_tape_observer();
+    return observer != nullptr && observer->tape == tape ? observer : nullptr;
+}
+
+template <ScaledElement T, ScalePolicy P, class Strategy>
+[[nodiscard]] erased_input erased_input_of(const value_node<T, P, Strategy>& node)
+{
+    return {erase(node.value()), node.tape, node.index};
+}
+
+/// Tells `observer` the cotangent of node `index` (one function per policy, not per op).
+template <ScalePolicy P>
+void report_cotangent(tape_observer& observer, std::size_t index, const gradient<P>& g)
+{
+    g.visit([&](const auto& held) { observer.reached(index, erase(held)); });
+}
+
 template <class X>
 inline constexpr bool is_var_v = false;
 template <class T, class P, class S>
@@ -221,6 +326,12 @@ struct var_access {
                 op, shape_string(v.value().shape()))));
         }
         return state;
+    }
+    /// The identity of tape t (what its nodes' `tape` holds).
+    template <ScalePolicy P>
+    static const void* identity(const tape<P>& t) noexcept
+    {
+        return t.m_state.get();
     }
     template <class T, class P, class S>
     static var<T, P, S> make(std::shared_ptr<value_node<T, P, S>> node, const std::shared_ptr<tape_state<P>>& state)
@@ -330,6 +441,12 @@ template <class Strategy, CotangentRule Rule = computes_in_value_type, ScaledEle
     node->tape = state.get();
     node->index = state->nodes.size();
     auto input_nodes = std::apply([](const auto&... in) { return std::make_tuple(var_access::node(in)...); }, inputs);
+    if (tape_observer* const observer = observer_of(state.get())) [[unlikely]] {
+        [&]<std::size_t... I>(std::index_sequence<I...>) {
+            const std::array<erased_input, sizeof...(Inputs)> seen{erased_input_of(*std::get<I>(input_nodes))...};
+            observer->recorded(node->index, op, erase(node->value()), seen);
+        }(std::index_sequence_for<Inputs...>{});
+    }
     // The closure lives in the node, so the raw pointer to it is valid whenever it runs.
     node->backward = [self = node.get(), input_nodes = std::move(input_nodes),
                       backward = std::move(backward)](gradient<P>&& g) {
@@ -386,6 +503,11 @@ template <class Strategy, ScaledElement T, ScalePolicy P, ScaledElement I, class
     node->requires_grad = true;
     node->tape = state.get();
     node->index = state->nodes.size();
+    if (tape_observer* const observer = observer_of(state.get())) [[unlikely]] {
+        std::vector<erased_input> seen;
+        for (const auto& in : input_nodes) seen.push_back(erased_input_of(*in));
+        observer->recorded(node->index, op, erase(node->value()), seen);
+    }
     // computes_in_value_type (see CotangentRule).
     node->backward = [input_nodes = std::move(input_nodes), backward = std::move(backward)](gradient<P>&& g) {
         const auto cotangent = take_as<compute_t<T>>(std::move(g));
@@ -459,10 +581,12 @@ public:
                                                   shape_string(seed.shape()), shape_string(output.shape()))));
         }
         node->accumulate(std::move(seed));
+        detail::tape_observer* const observer = detail::observer_of(m_state.get());  // an inspection's
         for (std::size_t i = node->index + 1; i-- > 0;) {
             auto& n = *m_state->nodes[i];
             // Only recorded ops have a backward function; parameters (which keep their gradient) do not.
             if (n.grad.empty() || !n.backward) continue;
+            if (observer != nullptr) [[unlikely]] detail::report_cotangent(*observer, n.index, n.grad);
             n.backward(std::move(n.grad));
             n.grad = {};  // an intermediate cotangent is dead once sent on
         }
@@ -516,6 +640,8 @@ public:
     }
 
 private:
+    friend struct detail::var_access;
+
     template <class T, class Strategy>
     [[nodiscard]] var<T, P, Strategy> watched(std::shared_ptr<detail::value_node<T, P, Strategy>> node)
     {
@@ -541,5 +667,32 @@ private:
 
     std::shared_ptr<detail::tape_state<P>> m_state;
 };
+
+namespace detail {
+
+/// Makes `observer` (when not null) this thread's observer of tape t for the scope's lifetime,
+/// restoring the previous one on exit (also when an exception leaves the scope).
+class observing_scope {
+public:
+    template <ScalePolicy P>
+    observing_scope(tape_observer* observer, const tape<P>& t) noexcept : m_observer(observer)
+    {
+        if (observer == nullptr) return;
+        observer->tape = var_access::identity(t);
+        m_previous = std::exchange(active_tape_observer(), observer);
+    }
+    ~observing_scope()
+    {
+        if (m_observer != nullptr) active_tape_observer() = m_previous;
+    }
+    observing_scope(const observing_scope&) = delete;
+    observing_scope& operator=(const observing_scope&) = delete;
+
+private:
+    tape_observer* m_observer;
+    tape_observer* m_previous = nullptr;
+};
+
+}  // namespace detail
 
 }  // namespace scalify::ad
