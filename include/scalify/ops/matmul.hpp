@@ -743,3 +743,9 @@ template <class Strategy = default_scaling, class Out = void, class G, class PG,
 }
 
 }  // namespace scalify
+
+#ifdef SCALIFY_SEPARATE_COMPILATION  // scalify::compiled holds these (detail/compiled_instances.hpp)
+#include <scalify/detail/compiled_instances.hpp>
+SCALIFY_GEMM_SLAB_INSTANCES(extern template, float)
+SCALIFY_GEMM_SLAB_INSTANCES(extern template, double)
+#endif

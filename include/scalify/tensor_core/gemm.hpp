@@ -599,3 +599,8 @@ template <GemmModel Model, std::ranges::contiguous_range RA, std::ranges::contig
 }
 
 }  // namespace scalify::tensor_core
+
+#ifdef SCALIFY_SEPARATE_COMPILATION  // scalify::compiled holds these (detail/compiled_instances.hpp)
+#include <scalify/detail/compiled_instances.hpp>
+SCALIFY_FOR_EACH_GEMM_MODEL(SCALIFY_TENSOR_CORE_INSTANCE, extern template)
+#endif

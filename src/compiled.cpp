@@ -1,0 +1,7 @@
+// scalify::compiled: the kernels of detail/compiled_instances.hpp, compiled once for the programs
+// that link this library (they see them declared `extern template` and reuse these copies).
+#include <scalify/scalify.hpp>
+
+SCALIFY_FOR_EACH_GEMM_MODEL(SCALIFY_TENSOR_CORE_INSTANCE, template)
+SCALIFY_GEMM_SLAB_INSTANCES(template, float)
+SCALIFY_GEMM_SLAB_INSTANCES(template, double)
