@@ -1,8 +1,8 @@
 #pragma once
 /// \file detail/compiled_instances.hpp
 /// The heavy kernels that the optional scalify::compiled library (src/compiled.cpp) compiles
-/// once: the tensor-core GEMM engines of every GEMM model and Eigen's GEMM behind every float and
-/// double matmul. With SCALIFY_SEPARATE_COMPILATION defined (linking scalify::compiled defines
+/// once: the tensor-core GEMM engines of every GEMM model (and the precision scope's products on
+/// its grids), Eigen's GEMM behind every float and double matmul, and the common casts. With SCALIFY_SEPARATE_COMPILATION defined (linking scalify::compiled defines
 /// it) the headers declare them `extern template`, so a program's translation units reuse the
 /// library's copies instead of compiling their own: measured on a 2-layer MLP training program,
 /// 27 % less compile time and 25 % less peak memory (docs/benchmarks.md, "Compile time").
@@ -27,6 +27,40 @@
     KIND bool ::scalify::tensor_core::detail::gemm_lanes<Model>(::scalify::tensor_core::detail::gemm_operand,        \
                                                                ::scalify::tensor_core::detail::gemm_operand, bool,   \
                                                                std::size_t, std::size_t, std::size_t, float*);
+
+/// The precision scope's products of float32 operands held on formats' grids (ops/matmul.hpp).
+#define SCALIFY_GRID_GEMM_INSTANCE(KIND, Model)                                                                      \
+    KIND void ::scalify::detail::gemm_on_grids<Model>(const float*, const float*, ::scalify::detail::operand_grids, \
+                                                      std::size_t, std::size_t, std::size_t, float*);             \
+    KIND bool ::scalify::detail::models_grids<Model>(::scalify::detail::operand_grids);
+
+/// cast<U, nearest even, Saturation>(ScaledArray<T, P>): the widening casts to float (and double)
+/// and the narrowing ones from float that the ops, the autodiff layer and the recipe run.
+#define SCALIFY_CAST_INSTANCE(KIND, U, S, T, P) \
+    KIND scalify::ScaledArray<U, P> scalify::cast<U, scalify::round_nearest_even, S, T, P>(const scalify::ScaledArray<T, P>&);
+
+#define SCALIFY_CAST_INSTANCES_FOR_POLICY(KIND, P)                                                \
+    SCALIFY_CAST_INSTANCE(KIND, float, scalify::no_saturation, float, P)                        \
+    SCALIFY_CAST_INSTANCE(KIND, float, scalify::no_saturation, double, P)                       \
+    SCALIFY_CAST_INSTANCE(KIND, float, scalify::no_saturation, Eigen::half, P)                  \
+    SCALIFY_CAST_INSTANCE(KIND, float, scalify::no_saturation, Eigen::bfloat16, P)              \
+    SCALIFY_CAST_INSTANCE(KIND, float, scalify::no_saturation, scalify::float8_e4m3fn, P)       \
+    SCALIFY_CAST_INSTANCE(KIND, float, scalify::no_saturation, scalify::float8_e5m2, P)         \
+    SCALIFY_CAST_INSTANCE(KIND, double, scalify::no_saturation, float, P)                       \
+    SCALIFY_CAST_INSTANCE(KIND, double, scalify::no_saturation, double, P)                      \
+    SCALIFY_CAST_INSTANCE(KIND, float, scalify::saturate_finite, float, P)                      \
+    SCALIFY_CAST_INSTANCE(KIND, Eigen::half, scalify::no_saturation, float, P)                  \
+    SCALIFY_CAST_INSTANCE(KIND, Eigen::half, scalify::saturate_finite, float, P)                \
+    SCALIFY_CAST_INSTANCE(KIND, Eigen::bfloat16, scalify::no_saturation, float, P)              \
+    SCALIFY_CAST_INSTANCE(KIND, Eigen::bfloat16, scalify::saturate_finite, float, P)            \
+    SCALIFY_CAST_INSTANCE(KIND, scalify::float8_e4m3fn, scalify::no_saturation, float, P)       \
+    SCALIFY_CAST_INSTANCE(KIND, scalify::float8_e4m3fn, scalify::saturate_finite, float, P)     \
+    SCALIFY_CAST_INSTANCE(KIND, scalify::float8_e5m2, scalify::no_saturation, float, P)         \
+    SCALIFY_CAST_INSTANCE(KIND, scalify::float8_e5m2, scalify::saturate_finite, float, P)
+
+#define SCALIFY_CAST_INSTANCES(KIND)                              \
+    SCALIFY_CAST_INSTANCES_FOR_POLICY(KIND, scalify::float_scale) \
+    SCALIFY_CAST_INSTANCES_FOR_POLICY(KIND, scalify::pow2_scale)
 
 #define SCALIFY_GEMM_SLAB_INSTANCE(KIND, C, TransposeA, TransposeB)                                                  \
     KIND void ::scalify::detail::gemm_slab<C, TransposeA, TransposeB>(const C*, std::size_t, const C*, std::size_t, \

@@ -735,3 +735,8 @@ template <class Strategy = default_scaling, class G, class PG, class Y, class PY
 }
 
 }  // namespace scalify
+
+#ifdef SCALIFY_SEPARATE_COMPILATION  // scalify::compiled holds these (detail/compiled_instances.hpp)
+#include <scalify/detail/compiled_instances.hpp>
+SCALIFY_CAST_INSTANCES(extern template)
+#endif

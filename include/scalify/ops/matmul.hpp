@@ -748,4 +748,5 @@ template <class Strategy = default_scaling, class Out = void, class G, class PG,
 #include <scalify/detail/compiled_instances.hpp>
 SCALIFY_GEMM_SLAB_INSTANCES(extern template, float)
 SCALIFY_GEMM_SLAB_INSTANCES(extern template, double)
+SCALIFY_FOR_EACH_GEMM_MODEL(SCALIFY_GRID_GEMM_INSTANCE, extern template)
 #endif
