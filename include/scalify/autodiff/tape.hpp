@@ -54,6 +54,59 @@ class tape;
 
 namespace detail {
 
+// ---- what an inspection sees (autodiff/inspect.hpp) ------------------------------------------
+
+/// An element type without its C++ type, as an inspection reads it (one constant per element
+/// type).
+struct erased_element {
+    std::string_view name;  ///< element_name<T>
+    bool wide = false;      ///< computes in double (T is double); else in float
+    /// out[i] = data[first + i] as a double (exact), for i < count.
+    void (*widen)(const void* data, std::size_t first, std::size_t count, double* out) = nullptr;
+    /// The largest finite magnitude and the smallest positive normal one.
+    void (*limits)(double& max_finite, double& min_normal) = nullptr;
+};
+
+template <ScaledElement T>
+void widen_elements(const void* data, std::size_t first, std::size_t count, double* out) noexcept
+{
+    const T* in = static_cast<const T*>(data) + first;
+    for (std::size_t i = 0; i < count; ++i) out[i] = static_cast<double>(scalify::detail::load(in[i]));
+}
+
+template <ScaledElement T>
+void element_limits(double& max_finite, double& min_normal) noexcept
+{
+    max_finite = static_cast<double>(static_cast<compute_t<T>>(std::numeric_limits<T>::max()));
+    min_normal = static_cast<double>(static_cast<compute_t<T>>(std::numeric_limits<T>::min()));
+}
+
+template <ScaledElement T>
+inline constexpr erased_element erased_element_v{element_name<T>, std::same_as<T, double>, &widen_elements<T>, &element_limits<T>};
+
+/// A value or a cotangent without its element type: its data are read in place.
+struct erased_array {
+    const erased_element* type = nullptr;
+    const void* data = nullptr;
+    std::span<const std::size_t> shape;
+    std::size_t size = 0;
+    float scale = 0;
+};
+
+template <ScaledElement T, ScalePolicy P>
+[[nodiscard]] erased_array erase(const ScaledArray<T, P>& a)
+{
+    return {&erased_element_v<T>, a.data().data(), std::span<const std::size_t>(a.shape().data(), a.shape().size()),
+            a.size(), a.scale()};
+}
+
+/// An op's input as an observer sees it: its value and where it was recorded.
+struct erased_input {
+    erased_array value;
+    const void* tape = nullptr;  ///< the tape it is a node of; null for a constant
+    std::size_t index = 0;       ///< its position on that tape
+};
+
 template <ScalePolicy P>
 struct node_base {
     node_base() = default;
@@ -63,6 +116,8 @@ struct node_base {
 
     /// Stops reading a borrowed value (a copy is taken); see value_node.
     virtual void own_value() {}
+    /// The value, seen without its element type (what an inspection reads).
+    [[nodiscard]] virtual erased_array erased_value() const = 0;
 
     gradient<P> grad;                              ///< accumulated cotangent of the value
     /// Gets the node's cotangent as an rvalue (the sweep has no further use for it), so a backward
@@ -106,6 +161,7 @@ struct value_node final : node_base<P> {
     value_node(borrow_t, const ScaledArray<T, P>& v) : m_borrowed(&v) {}
 
     [[nodiscard]] const ScaledArray<T, P>& value() const noexcept { return m_borrowed ? *m_borrowed : m_own; }
+    [[nodiscard]] erased_array erased_value() const override { return erase(value()); }
     void own_value() override
     {
         if (m_borrowed) {
@@ -149,58 +205,6 @@ struct tape_state {
     std::vector<std::shared_ptr<node_base<P>>> nodes;
 };
 
-// ---- what an inspection sees (autodiff/inspect.hpp) ------------------------------------------
-
-/// An element type without its C++ type, as an inspection reads it: one per element type, made
-/// on first use (only while an inspection runs).
-struct erased_element {
-    std::string_view name;  ///< element_name<T>
-    double max_finite = 0;  ///< the largest finite magnitude
-    double min_normal = 0;  ///< the smallest positive normal magnitude
-    bool wide = false;      ///< computes in double (T is double); else in float
-    /// out[i] = data[first + i] as a double (exact), for i < count.
-    void (*widen)(const void* data, std::size_t first, std::size_t count, double* out) = nullptr;
-};
-
-template <ScaledElement T>
-void widen_elements(const void* data, std::size_t first, std::size_t count, double* out) noexcept
-{
-    const T* in = static_cast<const T*>(data) + first;
-    for (std::size_t i = 0; i < count; ++i) out[i] = static_cast<double>(scalify::detail::load(in[i]));
-}
-
-template <ScaledElement T>
-[[nodiscard]] const erased_element& erased_element_of()
-{
-    static const erased_element type{element_name<T>, static_cast<double>(static_cast<compute_t<T>>(std::numeric_limits<T>::max())),
-                                     static_cast<double>(static_cast<compute_t<T>>(std::numeric_limits<T>::min())),
-                                     std::same_as<T, double>, &widen_elements<T>};
-    return type;
-}
-
-/// A value or a cotangent without its element type: its data are read in place.
-struct erased_array {
-    const erased_element* type = nullptr;
-    const void* data = nullptr;
-    std::span<const std::size_t> shape;
-    std::size_t size = 0;
-    float scale = 0;
-};
-
-template <ScaledElement T, ScalePolicy P>
-[[nodiscard]] erased_array erase(const ScaledArray<T, P>& a)
-{
-    return {&erased_element_of<T>(), a.data().data(), std::span<const std::size_t>(a.shape().data(), a.shape().size()),
-            a.size(), a.scale()};
-}
-
-/// An op's input as an observer sees it: its value and where it was recorded.
-struct erased_input {
-    erased_array value;
-    const void* tape = nullptr;  ///< the tape it is a node of; null for a constant
-    std::size_t index = 0;       ///< its position on that tape
-};
-
 /// What a tape reports to while an inspection is active on this thread (active_tape_observer):
 /// each op recorded on the observed tape, and each cotangent its backward sweep sends on, in
 /// the types they are held in. The statistics are computed by the observer from these views,
@@ -235,10 +239,16 @@ public:
     return observer != nullptr && observer->tape == tape ? observer : nullptr;
 }
 
-template <ScaledElement T, ScalePolicy P, class Strategy>
-[[nodiscard]] erased_input erased_input_of(const value_node<T, P, Strategy>& node)
+/// Tells `observer` that `output` was recorded by `op` from the `count` nodes at `inputs` (one
+/// function per policy, not per op).
+template <ScalePolicy P>
+void report_record(tape_observer& observer, const char* op, const node_base<P>& output, const node_base<P>* const* inputs,
+                   std::size_t count)
 {
-    return {erase(node.value()), node.tape, node.index};
+    std::vector<erased_input> seen;
+    seen.reserve(count);
+    for (std::size_t i = 0; i < count; ++i) seen.push_back({inputs[i]->erased_value(), inputs[i]->tape, inputs[i]->index});
+    observer.recorded(output.index, op, output.erased_value(), seen);
 }
 
 /// Tells `observer` the cotangent of node `index` (one function per policy, not per op).
@@ -420,6 +430,8 @@ template <class Strategy, CotangentRule Rule = computes_in_value_type, ScaledEle
 
     std::shared_ptr<tape_state<P>> state;
     bool requires_grad = false;
+    std::array<const node_base<P>*, sizeof...(Inputs)> input_bases{};  // for an observer
+    std::size_t input_count = 0;
     std::apply(
         [&](const auto&... in) {
             const auto visit_input = [&](const auto& v) {
@@ -428,7 +440,9 @@ template <class Strategy, CotangentRule Rule = computes_in_value_type, ScaledEle
                     SCALIFY_THROW(autodiff_error(fmt::format("{}: inputs come from two different tapes", op)));
                 }
                 if (live) state = std::move(live);
-                requires_grad = requires_grad || var_access::node(v)->requires_grad;
+                const auto& input = var_access::node(v);
+                requires_grad = requires_grad || input->requires_grad;
+                input_bases[input_count++] = input.get();
             };
             (visit_input(in), ...);
         },
@@ -440,13 +454,10 @@ template <class Strategy, CotangentRule Rule = computes_in_value_type, ScaledEle
     node->requires_grad = true;
     node->tape = state.get();
     node->index = state->nodes.size();
-    auto input_nodes = std::apply([](const auto&... in) { return std::make_tuple(var_access::node(in)...); }, inputs);
     if (tape_observer* const observer = observer_of(state.get())) [[unlikely]] {
-        [&]<std::size_t... I>(std::index_sequence<I...>) {
-            const std::array<erased_input, sizeof...(Inputs)> seen{erased_input_of(*std::get<I>(input_nodes))...};
-            observer->recorded(node->index, op, erase(node->value()), seen);
-        }(std::index_sequence_for<Inputs...>{});
+        report_record(*observer, op, static_cast<const node_base<P>&>(*node), input_bases.data(), input_count);
     }
+    auto input_nodes = std::apply([](const auto&... in) { return std::make_tuple(var_access::node(in)...); }, inputs);
     // The closure lives in the node, so the raw pointer to it is valid whenever it runs.
     node->backward = [self = node.get(), input_nodes = std::move(input_nodes),
                       backward = std::move(backward)](gradient<P>&& g) {
@@ -504,9 +515,9 @@ template <class Strategy, ScaledElement T, ScalePolicy P, ScaledElement I, class
     node->tape = state.get();
     node->index = state->nodes.size();
     if (tape_observer* const observer = observer_of(state.get())) [[unlikely]] {
-        std::vector<erased_input> seen;
-        for (const auto& in : input_nodes) seen.push_back(erased_input_of(*in));
-        observer->recorded(node->index, op, erase(node->value()), seen);
+        std::vector<const node_base<P>*> input_bases;
+        for (const auto& in : input_nodes) input_bases.push_back(in.get());
+        report_record(*observer, op, static_cast<const node_base<P>&>(*node), input_bases.data(), input_bases.size());
     }
     // computes_in_value_type (see CotangentRule).
     node->backward = [input_nodes = std::move(input_nodes), backward = std::move(backward)](gradient<P>&& g) {
