@@ -2,6 +2,7 @@
 /// \file minifloat.hpp
 /// minifloat<Format>: the value type of every small float format (fp8, fp6, fp4, e8m0), in the
 /// layers of Eigen's Half.h: raw bits, explicit rounding constructors, arithmetic through float.
+/// Mixed with another type a minifloat computes as the float it widens to.
 
 #include <scalify/detail/encode.hpp>
 #include <scalify/numeric/format.hpp>
@@ -10,7 +11,9 @@
 #include <compare>
 #include <concepts>
 #include <cstdint>
+#include <limits>
 #include <type_traits>
+#include <utility>
 
 namespace scalify {
 
@@ -56,6 +59,22 @@ concept Minifloat = detail::is_minifloat<std::remove_cv_t<T>>::value;
 /// minifloat, Eigen::half or Eigen::bfloat16.
 template <class T>
 concept FloatLike = !std::is_arithmetic_v<T> && requires(const T& t) { static_cast<float>(t); };
+
+/// A float type narrower than float that widens to it exactly: a minifloat of any format,
+/// Eigen::half, Eigen::bfloat16 (the FloatLike types with a std::numeric_limits specialisation).
+template <class T>
+concept NarrowFloat = Minifloat<T> || (FloatLike<T> && std::numeric_limits<T>::is_specialized);
+
+namespace detail {
+
+template <class T>
+concept arithmetic = std::is_arithmetic_v<T>;
+
+/// The type of float op T: float for float and the integers, double for double.
+template <arithmetic T>
+using float_promoted_t = decltype(std::declval<float>() + std::declval<T>());
+
+}  // namespace detail
 
 /// A small binary float stored in Format::storage_type (one byte for every fp8/fp6/fp4 format).
 /// Construction from a wider value rounds to nearest even without saturation, as ml_dtypes does;
@@ -146,6 +165,67 @@ public:
         return static_cast<float>(a) <=> static_cast<float>(b);
     }
 
+    // Mixed arithmetic. The minifloat widens exactly to float and the operation is float's, so
+    // minifloat op T has the type of float op T: float with float and the integers, double with
+    // double, as numpy with ml_dtypes promotes float8 with float32 to float32. With another narrow
+    // format (another minifloat, half, bfloat16) it is float, which holds both exactly. Nothing
+    // is rounded to the format; minifloat(x) or convert<> stores a result back.
+#define SCALIFY_MINIFLOAT_MIXED_OPERATOR(OP)                                                                 \
+    template <detail::arithmetic T>                                                                          \
+    [[nodiscard]] friend constexpr detail::float_promoted_t<T> operator OP(minifloat a, T b) noexcept        \
+    {                                                                                                        \
+        return static_cast<detail::float_promoted_t<T>>(static_cast<float>(a)) OP b;                         \
+    }                                                                                                        \
+    template <detail::arithmetic T>                                                                          \
+    [[nodiscard]] friend constexpr detail::float_promoted_t<T> operator OP(T a, minifloat b) noexcept        \
+    {                                                                                                        \
+        return a OP static_cast<detail::float_promoted_t<T>>(static_cast<float>(b));                         \
+    }                                                                                                        \
+    template <NarrowFloat T>                                                                                 \
+        requires(!std::same_as<T, minifloat>)                                                                \
+    [[nodiscard]] friend constexpr float operator OP(minifloat a, const T& b) noexcept                       \
+    {                                                                                                        \
+        return static_cast<float>(a) OP static_cast<float>(b);                                               \
+    }                                                                                                        \
+    /* Not for another minifloat, whose own operator above takes that pair. */                               \
+    template <NarrowFloat T>                                                                                 \
+        requires(!Minifloat<T>)                                                                              \
+    [[nodiscard]] friend constexpr float operator OP(const T& a, minifloat b) noexcept                       \
+    {                                                                                                        \
+        return static_cast<float>(a) OP static_cast<float>(b);                                               \
+    }
+    SCALIFY_MINIFLOAT_MIXED_OPERATOR(+)
+    SCALIFY_MINIFLOAT_MIXED_OPERATOR(-)
+    SCALIFY_MINIFLOAT_MIXED_OPERATOR(*)
+    SCALIFY_MINIFLOAT_MIXED_OPERATOR(/)
+#undef SCALIFY_MINIFLOAT_MIXED_OPERATOR
+
+    // Mixed comparisons, on the same widened values (C++20 derives the reversed forms and !=).
+    template <detail::arithmetic T>
+    [[nodiscard]] friend constexpr bool operator==(minifloat a, T b) noexcept
+    {
+        using P = detail::float_promoted_t<T>;
+        return static_cast<P>(static_cast<float>(a)) == static_cast<P>(b);
+    }
+    template <detail::arithmetic T>
+    [[nodiscard]] friend constexpr std::partial_ordering operator<=>(minifloat a, T b) noexcept
+    {
+        using P = detail::float_promoted_t<T>;
+        return static_cast<P>(static_cast<float>(a)) <=> static_cast<P>(b);
+    }
+    template <NarrowFloat T>
+        requires(!std::same_as<T, minifloat>)
+    [[nodiscard]] friend constexpr bool operator==(minifloat a, const T& b) noexcept
+    {
+        return static_cast<float>(a) == static_cast<float>(b);
+    }
+    template <NarrowFloat T>
+        requires(!std::same_as<T, minifloat>)
+    [[nodiscard]] friend constexpr std::partial_ordering operator<=>(minifloat a, const T& b) noexcept
+    {
+        return static_cast<float>(a) <=> static_cast<float>(b);
+    }
+
 private:
     storage_type m_bits{};
 };
@@ -203,3 +283,28 @@ template <FloatFormat F>
 }
 
 }  // namespace scalify
+
+// ---------------------------------------------------------------------------------------------
+// Common types: what the mixed operators above return.
+
+template <scalify::FloatFormat F, class T>
+    requires std::is_arithmetic_v<T>
+struct std::common_type<scalify::minifloat<F>, T> : std::common_type<float, T> {};
+template <class T, scalify::FloatFormat F>
+    requires std::is_arithmetic_v<T>
+struct std::common_type<T, scalify::minifloat<F>> : std::common_type<float, T> {};
+template <scalify::FloatFormat F, class T>
+    requires(scalify::NarrowFloat<T> && !scalify::Minifloat<T>)
+struct std::common_type<scalify::minifloat<F>, T> {
+    using type = float;
+};
+template <class T, scalify::FloatFormat F>
+    requires(scalify::NarrowFloat<T> && !scalify::Minifloat<T>)
+struct std::common_type<T, scalify::minifloat<F>> {
+    using type = float;
+};
+template <scalify::FloatFormat F, scalify::FloatFormat G>
+    requires(!std::same_as<F, G>)
+struct std::common_type<scalify::minifloat<F>, scalify::minifloat<G>> {
+    using type = float;
+};
