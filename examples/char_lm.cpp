@@ -13,11 +13,14 @@
 //
 //   char_lm --mode M --steps N --seed S [--layers L --d-model D --heads H --context T --batch B]
 //           [--learning-rate LR] [--eval-every N] [--eval-batches N] [--sample-chars N]
-//           [--data DIR] [--max-val-bpc X]
+//           [--data DIR] [--max-val-bpc X] [--inspect[=FILE.csv]]
 //
 // Prints the train and validation loss in bits per character every --eval-every steps, a few
 // sampled lines at the end, and then `summary mode=<m> steps=<N> val_bpc=<x>`. --max-val-bpc
 // makes the exit status 1 when the final validation loss is above X (the ctest check).
+// --inspect prints, instead of training, the report of the first step under the mode
+// (ad::inspect, docs/inspect.md): every op's output and cotangent and the matmul casts the mode
+// makes; =FILE.csv also writes it as CSV.
 #include "char_lm_data.hpp"
 #include "precision_modes.hpp"
 
@@ -164,6 +167,8 @@ struct options {
     std::size_t sample_chars = 320;
     std::string data = char_lm::default_dir;
     double max_val_bpc = 0.0;  ///< 0: no check
+    bool inspect = false;      ///< --inspect: report the first step instead of training
+    std::string inspect_csv;   ///< --inspect=FILE: also write the report there as CSV
 };
 
 /// The parameters as constants of Strategy (no tape): the mode's arithmetic, nothing recorded.
@@ -219,6 +224,18 @@ std::string sample_text(const model& m, const char_lm::corpus& text, std::string
     return text.decode(std::span<const std::int32_t>(tokens).subspan(text.encode(prompt).size()));
 }
 
+/// The parameters' names in leaf order (the ends, then each block's fields), for ad::inspect.
+std::vector<std::string> parameter_names(const model& m)
+{
+    std::vector<std::string> names{"tokens", "positions", "norm_gain", "norm_bias", "w_logits"};
+    const char* fields[] = {"norm1_gain", "norm1_bias", "w_qkv", "b_qkv", "w_attention_out", "b_attention_out",
+                            "norm2_gain", "norm2_bias", "w_fc",  "b_fc",  "w_proj",          "b_proj"};
+    for (std::size_t l = 0; l < m.blocks.size(); ++l) {
+        for (const char* field : fields) names.push_back(fmt::format("block{}.{}", l, field));
+    }
+    return names;
+}
+
 /// Linear warm-up over the first 5 % of the steps, then cosine decay to a tenth.
 double learning_rate_at(const options& opt, std::size_t step)
 {
@@ -243,6 +260,19 @@ int train(const options& opt, const mode& md)
     ad::adam outeroptimizer({.learning_rate = opt.learning_rate, .beta2 = 0.99, .weight_decay = 0.01});
     ad::adam blocks_optimizer(outeroptimizer.options());
     std::mt19937_64 rng(opt.seed + 1);
+    if (opt.inspect) {  // the first step's batch and objective, reported instead of trained on
+        const char_lm::batch data = char_lm::sample_batch(train_tokens, c.batch, c.context, rng);
+        const std::vector<std::int32_t> targets = flat(data.targets);
+        const auto inspected = ad::inspect<Strategy>(
+            ad::inspect_options{parameter_names(m)},
+            [&](const auto& e, const auto& b) { return objective(e, b, data, targets, c.heads); }, m.outer, m.blocks);
+        fmt::print("inspect: one step on the first batch (seed {})\n{}", opt.seed, inspected.report);
+        if (!opt.inspect_csv.empty()) {
+            inspected.report.write_csv(opt.inspect_csv);
+            fmt::print("wrote {}\n", opt.inspect_csv);
+        }
+        return 0;
+    }
 
     double val_bpc = validation_bpc<Strategy>(m, validation, c.heads);
     fmt::print("step {:5}  val_bpc={:.4f}\n", 0, val_bpc);
@@ -302,6 +332,12 @@ int main(int argc, char** argv)
         options opt;
         for (int i = 1; i < argc; ++i) {
             const std::string flag = argv[i];
+            if (flag == "--inspect" || flag.rfind("--inspect=", 0) == 0) {
+                if (flag == "--inspect=") throw std::runtime_error("--inspect= needs a file name (or use --inspect alone)");
+                opt.inspect = true;
+                opt.inspect_csv = flag.size() > 10 ? flag.substr(10) : "";
+                continue;
+            }
             if (i + 1 >= argc) throw std::runtime_error("missing value after " + flag);
             const std::string value = argv[++i];
             if (flag == "--mode") opt.mode = value;

@@ -14,6 +14,13 @@
 //                 [--autoscale-history FILE]   (fp8-autoscale: the scale history as CSV)
 //                 [--autoscale-strategy on-off|conservative]   (fp8-autoscale; default on-off)
 //                 [--wire storage|fp32|fp16|bf16|e4m3|e5m2] [--check-replicas]   (under mpirun)
+//                 [--inspect[=FILE.csv]]
+//
+// --inspect runs one step (the first batch of the first epoch) under the mode with ad::inspect
+// and prints its report instead of training: every op's output and cotangent (type, scale, data
+// RMS, amax, zeros, subnormals, saturation) and the mode's matmul casts (E4M3 operands, E5M2
+// cotangents, their scales, how much flushed to zero); =FILE.csv also writes it as CSV
+// (tools/inspect_scales.gp plots that; docs/inspect.md).
 //
 // Under mpirun (built with MPI: docs/distributed.md) each rank trains on its share of every
 // global batch of 128 and the gradients are averaged across ranks (dist::all_reduce_gradients,
@@ -63,6 +70,8 @@ struct options {
     bool autoscale_conservative = false;  ///< fp8-autoscale: every op on (the default strategy) instead of on_off
     std::string wire = "storage";  ///< under mpirun: the type gradients cross as
     bool check_replicas = false;   ///< under mpirun: assert identical replicas after every step
+    bool inspect = false;          ///< --inspect: report one step instead of training
+    std::string inspect_csv;       ///< --inspect=FILE: also write the report there as CSV
 };
 
 /// --wire: nothing for each gradient's own type, else a dtype.
@@ -107,11 +116,30 @@ void print_gradient_diagnostics(const mlp<array>& params, const array& x, const 
     }
 }
 
+/// --inspect: the first step's report (ad::inspect) on `x`, `y`, printed by rank 0; nothing is
+/// trained.
+template <class Strategy>
+int inspect_step(const options& opt, const mlp<array>& params, const array& x, const std::vector<std::uint8_t>& y,
+                 autoscale::scaling_context<pow2_scale>* autoscaling, bool speaker)
+{
+    std::optional<autoscale::graph_scope<pow2_scale>> step;
+    if (autoscaling != nullptr) step.emplace(*autoscaling);
+    const auto inspected = ad::inspect<Strategy>(ad::inspect_options{{"w1", "b1", "w2", "b2", "w3", "b3"}},
+                                                 [&](const auto& p) { return objective(p, x, y, opt.loss_weight); }, params);
+    if (!speaker) return 0;
+    fmt::print("inspect: one step on the first batch ({} rows, seed {}, loss weight {})\n{}", x.shape()[0], opt.seed,
+               opt.loss_weight_text, inspected.report);
+    if (!opt.inspect_csv.empty()) {
+        inspected.report.write_csv(opt.inspect_csv);
+        fmt::print("wrote {}\n", opt.inspect_csv);
+    }
+    return 0;
+}
+
 template <class Strategy>
 int train(const options& opt, const mode& m)
 {
     const dataset train_set = load(opt.data, "train", opt.train_limit);
-    const dataset test_set = load(opt.data, "t10k", 10000);
     mlp<array> params = initial_parameters(opt.seed, m.unit_scaled);
     const ad::matmul_precision_scope recipe(m.forward, m.gradient, m.scaling);
     const tensor_core::accumulation_scope<> accumulation(opt.accumulate);
@@ -134,6 +162,15 @@ int train(const options& opt, const mode& m)
     std::mt19937 shuffle_rng(opt.seed + 1);
     std::vector<std::size_t> order(train_set.labels.size());
     std::iota(order.begin(), order.end(), 0);
+    if (opt.inspect) {
+        std::shuffle(order.begin(), order.end(), shuffle_rng);  // the first epoch's first batch
+        const std::size_t mine = rank * local_batch;
+        const array x = as_scaled_array<pow2_scale>(rows_of(train_set.images, order, mine, local_batch));
+        std::vector<std::uint8_t> y(local_batch);
+        for (std::size_t i = 0; i < local_batch; ++i) y[i] = train_set.labels[order[mine + i]];
+        return inspect_step<Strategy>(opt, params, x, y, context, speaker);
+    }
+    const dataset test_set = load(opt.data, "t10k", 10000);
     double test_acc = 0.0;
     double total_seconds = 0.0;
 
@@ -236,6 +273,12 @@ int main(int argc, char** argv)
             const std::string flag = argv[i];
             if (flag == "--check-replicas") {
                 opt.check_replicas = true;
+                continue;
+            }
+            if (flag == "--inspect" || flag.rfind("--inspect=", 0) == 0) {
+                if (flag == "--inspect=") throw std::runtime_error("--inspect= needs a file name (or use --inspect alone)");
+                opt.inspect = true;
+                opt.inspect_csv = flag.size() > 10 ? flag.substr(10) : "";
                 continue;
             }
             if (i + 1 >= argc) throw std::runtime_error("missing value after " + flag);
