@@ -3,8 +3,9 @@
 /// Descriptions of tensor-core arithmetic: one template, inner_product_model<F, P, K, Operands,
 /// Rules>, describes what one matrix instruction computes for one output (the accumulator plus K
 /// products), and gemm_model<Instruction, PromotionInterval> how a GEMM strings instructions
-/// along K. The H100's units are tags derived from them (h100_qgmma, h100_hmma,
-/// h100_cublaslt_fp8, h100_cublaslt_fp8_fast), closed by the concepts InnerProductModel and
+/// along K. The measured units are tags derived from them (the H100's h100_qgmma, h100_hmma,
+/// h100_cublaslt_fp8, h100_cublaslt_fp8_fast; v100_hmma, a100_hmma, ada_hmma, ada_qmma,
+/// b200_hmma, b200_qmma from public captures), closed by the concepts InnerProductModel and
 /// GemmModel. docs/tensor_core.md states the rules and how they were measured.
 ///
 ///     struct my_unit : inner_product_model<10, 12, 64, any_pair_of<float8_e4m3fn>> {
@@ -125,6 +126,68 @@ struct h100_qgmma : inner_product_model<13, 14, 32, any_pair_of<float8_e4m3fn, f
 /// accumulator: F = 25, P = 24.
 struct h100_hmma : inner_product_model<25, 24, 16, same_type_of<Eigen::half, Eigen::bfloat16>> {
     static constexpr const char* name = "h100_hmma";
+};
+
+/// The H200 runs the H100's units: its public capture (Khattak and Mikaitis) matches h100_hmma
+/// and h100_qgmma on every vector.
+using h200_hmma = h100_hmma;
+using h200_qgmma = h100_qgmma;
+
+// ---------------------------------------------------------------------------------------------
+// Other NVIDIA units with a float32 accumulator, from the public captures of Khattak and
+// Mikaitis ("Accurate Models of NVIDIA Tensor Cores", arXiv 2512.07004) and the parameters of
+// MMA-Sim (Xie et al., arXiv 2511.10909). K is the fused adder's block: an instruction with a
+// longer K (mma.sync.m16n8k16 on the A100, m16n8k32 fp8 on Ada) runs several blocks in a chain,
+// each block's result the next one's accumulator (gemm_model chains them). docs/tensor_core.md
+// has the match counts.
+
+/// V100 (Volta) f16 HMMA with a float32 accumulator (wmma, `mma.sync.m8n8k4`): blocks of K = 4
+/// products, F = 23, P = 24, every cut toward zero.
+struct v100_hmma : inner_product_model<23, 24, 4, same_type_of<Eigen::half>> {
+    static constexpr const char* name = "v100_hmma";
+};
+
+/// A100 (Ampere) f16/bf16 HMMA with a float32 accumulator (wmma, `mma.sync.m16n8k16`, SASS
+/// HMMA.16816.F32): blocks of K = 8 (two per m16n8k16), F = 24, P = 24, every cut toward zero.
+/// The A2's capture matches it on every vector; the A30 (whose published MATLAB model is the
+/// A100's) and the RTX 30 series (MMA-Sim's Ampere, F = 24) are not in the capture.
+struct a100_hmma : inner_product_model<24, 24, 8, same_type_of<Eigen::half, Eigen::bfloat16>> {
+    static constexpr const char* name = "a100_hmma";
+};
+using a2_hmma = a100_hmma;
+
+/// Ada (RTX 40, RTX Ada, L40S) f16/bf16 HMMA with a float32 accumulator: the A100's arithmetic,
+/// blocks of K = 8, F = 24, P = 24, every cut toward zero.
+struct ada_hmma : inner_product_model<24, 24, 8, same_type_of<Eigen::half, Eigen::bfloat16>> {
+    static constexpr const char* name = "ada_hmma";
+};
+
+/// Ada (RTX 40, RTX Ada, L40S) `mma.sync.m16n8k32.f32.{e4m3,e5m2}.{e4m3,e5m2}` (SASS QMMA): two
+/// blocks of K = 16, F = 13, P = 14 (the H100's QGMMA rule on half its K), every cut toward zero.
+struct ada_qmma : inner_product_model<13, 14, 16, any_pair_of<float8_e4m3fn, float8_e5m2>> {
+    static constexpr const char* name = "ada_qmma";
+};
+
+/// B200 (Blackwell, sm_100) f16/bf16 HMMA with a float32 accumulator (wmma, `mma.sync`): the
+/// H100's rule, K = 16, F = 25, P = 24, every cut toward zero.
+struct b200_hmma : inner_product_model<25, 24, 16, same_type_of<Eigen::half, Eigen::bfloat16>> {
+    static constexpr const char* name = "b200_hmma";
+};
+
+/// Rounds the sum to nearest even (B200 fp8): nominal exponents, terms cut toward zero, the sum
+/// rounded to nearest, ties to even.
+using nearest_result_rules =
+    inner_product_rules<product_exponent::nominal, rounding_mode::toward_zero, rounding_mode::nearest_even>;
+
+/// B200 (Blackwell, sm_100) `mma.sync.m16n8k32.f32.{e4m3,e5m2}.{e4m3,e5m2}`: one block of K = 32
+/// whose sum is rounded to nearest even (not cut toward zero: MMA-Sim's F = 25, P = 24 rule with
+/// cuts toward zero, published for tcgen05 kind::f8f6f4, misses about a third of this capture).
+/// The capture bounds F from below only (F >= 30 reproduces every vector, F = 29 misses one
+/// E5M2 vector); F = 40, the largest the template takes, makes the result the correctly rounded
+/// float32 of C + sum a*b whenever no term has bits below 2^(emax - 40). The capture went through
+/// mma.sync; tcgen05.mma kind::f8f6f4 was not captured.
+struct b200_qmma : inner_product_model<40, 24, 32, any_pair_of<float8_e4m3fn, float8_e5m2>, nearest_result_rules> {
+    static constexpr const char* name = "b200_qmma";
 };
 
 // ---------------------------------------------------------------------------------------------
