@@ -1,0 +1,118 @@
+#!/usr/bin/env python3
+"""Packs the public tensor-core captures (Khattak and Mikaitis, north-numerical-computing/
+MATLAB-tensor-core, model_validation/, commit b12b5a7) into the compact files the unit tests read.
+
+    python3 tools/pack_tensor_core_public.py SOURCE_DIR tests/data/tensor_core_public
+
+SOURCE_DIR holds <GPU>/<format>/{a,b}_<GPU>_<format>.txt (operands as float32 bit patterns in hex),
+c_<GPU>_fp32.txt and d_<GPU>_fp32.txt (float32 binary strings). Every fp16, bf16, E4M3 and E5M2
+set with a float32 result is packed, line for line and bit for bit (tf32 sets and float16 results
+are not); each operand is stored as its code in its own format, after checking that the code
+decodes to exactly the float32 value of the source line. Output, per set,
+<GPU>/<format>/<GPU>_<format>_fp32.bin: a 256-byte ASCII header of key=value words, then one record
+per source line: K codes of a, K codes of b (uint8 for fp8, little-endian uint16 for fp16/bf16),
+C and D as little-endian float32 bit patterns. The LICENCE file is copied beside them.
+"""
+import os
+import shutil
+import struct
+import sys
+
+FORMATS = {  # exponent bits, mantissa bits, bias, bytes per code
+    'fp16': (5, 10, 15, 2),
+    'bf16': (8, 7, 127, 2),
+    'E4M3': (4, 3, 7, 1),
+    'E5M2': (5, 2, 15, 1),
+}
+
+
+def f32(bits):
+    return struct.unpack('<f', struct.pack('<I', bits))[0]
+
+
+def decode(code, fmt):
+    """The value of a finite code of fmt (exact, as a Python float)."""
+    e, m, bias, nbytes = FORMATS[fmt]
+    sign = -1.0 if code >> (e + m) else 1.0
+    field = (code >> m) & ((1 << e) - 1)
+    mant = code & ((1 << m) - 1)
+    if field == 0:
+        return sign * mant * 2.0 ** (1 - bias - m)
+    return sign * (mant + (1 << m)) * 2.0 ** (field - bias - m)
+
+
+# The positive finite codes of each fp8 format by value (E4M3: 0x7f is NaN; E5M2: field 31 is inf/NaN).
+FP8_CODES = {fmt: {decode(c, fmt): c for c in range(1, 0x80)
+                   if not (fmt == 'E4M3' and c == 0x7f) and not (fmt == 'E5M2' and c >> 2 == 31)}
+             for fmt in ('E4M3', 'E5M2')}
+
+
+def encode(bits, fmt):
+    """The code of fmt whose value is the float32 with these bits; raises unless exact and finite."""
+    e, m, bias, nbytes = FORMATS[fmt]
+    x = f32(bits)
+    sign = bits >> 31
+    if x == 0.0:
+        return sign << (e + m)
+    if fmt == 'bf16':
+        code = bits >> 16
+    elif fmt == 'fp16':
+        code = struct.unpack('<H', struct.pack('<e', x))[0]
+    else:
+        code = FP8_CODES[fmt].get(abs(x))
+        if code is None:
+            raise ValueError(f'{bits:08x} is not a finite {fmt} value')
+        code |= sign << (e + m)
+    if decode(code, fmt) != x or (x == 0.0) != (code & ((1 << (e + m)) - 1) == 0):
+        raise ValueError(f'{bits:08x} is not exactly a {fmt} code')
+    return code
+
+
+def pack_set(src, dst, gpu, fmt):
+    d = os.path.join(src, gpu, fmt)
+    names = [f'a_{gpu}_{fmt}.txt', f'b_{gpu}_{fmt}.txt', f'c_{gpu}_fp32.txt', f'd_{gpu}_fp32.txt']
+    a, b, c, out = [open(os.path.join(d, n)).read().split('\n') for n in names]
+    a, b, c, out = [[line.strip() for line in f if line.strip()] for f in (a, b, c, out)]
+    if not (len(a) == len(b) == len(c) == len(out)):
+        raise ValueError(f'{gpu}/{fmt}: files of different lengths')
+    k = len(a[0].split())
+    nbytes = FORMATS[fmt][3]
+    records = bytearray()
+    for la, lb, lc, ld in zip(a, b, c, out):
+        wa, wb = la.split(), lb.split()
+        if len(wa) != k or len(wb) != k or len(lc) != 32 or len(ld) != 32:
+            raise ValueError(f'{gpu}/{fmt}: a malformed line')
+        for w in wa + wb:
+            records += encode(int(w, 16), fmt).to_bytes(nbytes, 'little')
+        records += int(lc, 2).to_bytes(4, 'little') + int(ld, 2).to_bytes(4, 'little')
+    header = (f'kind=tensor_core_public gpu={gpu} format={fmt} result=fp32 K={k} elem_bytes={nbytes} '
+              f'lines={len(a)} record_bytes={2 * k * nbytes + 8} '
+              f'source=north-numerical-computing/MATLAB-tensor-core@b12b5a7:model_validation/{gpu}/{fmt}/'
+              f'{{a,b}}_{gpu}_{fmt}.txt,{{c,d}}_{gpu}_fp32.txt\n').encode()
+    if len(header) > 256:
+        raise ValueError('header too long')
+    os.makedirs(os.path.join(dst, gpu, fmt), exist_ok=True)
+    path = os.path.join(dst, gpu, fmt, f'{gpu}_{fmt}_fp32.bin')
+    tmp = path + '.tmp'
+    with open(tmp, 'wb') as f:
+        f.write(header.ljust(256, b' ') + records)
+    os.replace(tmp, path)
+    return len(a), k
+
+
+def main():
+    if len(sys.argv) != 3:
+        sys.exit(__doc__)
+    src, dst = sys.argv[1], sys.argv[2]
+    for gpu in sorted(os.listdir(src)):
+        if not os.path.isdir(os.path.join(src, gpu)):
+            continue
+        for fmt in sorted(os.listdir(os.path.join(src, gpu))):
+            if fmt in FORMATS and os.path.exists(os.path.join(src, gpu, fmt, f'd_{gpu}_fp32.txt')):
+                n, k = pack_set(src, dst, gpu, fmt)
+                print(f'{gpu}/{fmt}: {n} lines, K = {k}')
+    shutil.copyfile(os.path.join(src, 'LICENCE'), os.path.join(dst, 'LICENCE'))
+
+
+if __name__ == '__main__':
+    main()
