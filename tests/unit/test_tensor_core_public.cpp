@@ -1,0 +1,281 @@
+// tensor_core_public: the NVIDIA unit models (v100_hmma, a100_hmma, ada_hmma, ada_qmma, h100_hmma,
+// h100_qgmma, b200_hmma, b200_qmma) against every vendored vector of the public GPU captures of
+// Khattak and Mikaitis (tests/data/tensor_core_public/, README there), bit for bit per (model,
+// GPU, format); the rules the captures do not reach (rounding ties, non-finite input) on
+// hand-made cases.
+#include <scalify/scalify.hpp>
+
+#include <catch2/catch.hpp>
+
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+#include <limits>
+#include <map>
+#include <span>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace tc_public {
+
+using namespace scalify;
+namespace tc = scalify::tensor_core;
+
+/// One packed set (tools/pack_tensor_core_public.py): a 256-byte header of key=value words, then
+/// per line K codes of a, K codes of b, C and D (float32 bit patterns, little-endian).
+struct vector_set {
+    std::string gpu, format;
+    std::size_t k = 0, elem_bytes = 0, lines = 0, record_bytes = 0;
+    std::vector<std::uint8_t> bytes;  // the records, header removed
+
+    [[nodiscard]] const std::uint8_t* record(std::size_t i) const { return bytes.data() + i * record_bytes; }
+    [[nodiscard]] unsigned code(std::size_t i, std::size_t operand, std::size_t kk) const
+    {
+        const std::uint8_t* p = record(i) + (operand * k + kk) * elem_bytes;
+        return elem_bytes == 1 ? p[0] : static_cast<unsigned>(p[0] | p[1] << 8);
+    }
+    [[nodiscard]] std::uint32_t word(std::size_t i, std::size_t which) const  // 0: C, 1: D
+    {
+        std::uint32_t v;
+        std::memcpy(&v, record(i) + 2 * k * elem_bytes + 4 * which, 4);
+        return v;
+    }
+};
+
+inline vector_set read_set(const std::string& gpu, const std::string& format)
+{
+    const std::string path =
+        std::string(SCALIFY_TEST_DATA_DIR) + "/tensor_core_public/" + gpu + "/" + format + "/" + gpu + "_" + format + "_fp32.bin";
+    std::ifstream in(path, std::ios::binary);
+    if (!in) throw std::runtime_error("cannot open " + path);
+    std::vector<std::uint8_t> bytes{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+    if (bytes.size() < 256) throw std::runtime_error(path + ": no header");
+    std::map<std::string, std::string> keys;
+    std::istringstream words(std::string(bytes.begin(), bytes.begin() + 256));
+    std::string word;
+    while (words >> word) {
+        const auto eq = word.find('=');
+        if (eq != std::string::npos) keys[word.substr(0, eq)] = word.substr(eq + 1);
+    }
+    vector_set s;
+    s.gpu = keys.at("gpu");
+    s.format = keys.at("format");
+    s.k = std::stoul(keys.at("K"));
+    s.elem_bytes = std::stoul(keys.at("elem_bytes"));
+    s.lines = std::stoul(keys.at("lines"));
+    s.record_bytes = std::stoul(keys.at("record_bytes"));
+    if (s.gpu != gpu || s.format != format || s.record_bytes != 2 * s.k * s.elem_bytes + 8 ||
+        bytes.size() != 256 + s.lines * s.record_bytes) {
+        throw std::runtime_error(path + ": header and size disagree");
+    }
+    s.bytes.assign(bytes.begin() + 256, bytes.end());
+    return s;
+}
+
+template <class T>
+T from_code(unsigned code)
+{
+    using storage = typename float_traits<T>::format::storage_type;
+    return std::bit_cast<T>(static_cast<storage>(code));
+}
+
+struct match_result {
+    std::size_t equal = 0, lines = 0;
+    std::string first_miss;  // the first mismatching line, described
+};
+
+/// Every line of a set through Model: the line's K products in blocks of Model::k, each block's
+/// result the next one's accumulator, starting from the line's C (or 0 where zero_c: the H100 and
+/// H200 fp8 sets were captured with C = 0 whatever their c file says).
+template <tc::InnerProductModel Model, class T>
+match_result match(const vector_set& s, bool zero_c = false)
+{
+    REQUIRE(s.k % Model::k == 0);
+    match_result r;
+    r.lines = s.lines;
+    std::vector<T> a(s.k), b(s.k);
+    for (std::size_t i = 0; i < s.lines; ++i) {
+        for (std::size_t kk = 0; kk < s.k; ++kk) {
+            a[kk] = from_code<T>(s.code(i, 0, kk));
+            b[kk] = from_code<T>(s.code(i, 1, kk));
+        }
+        float acc = zero_c ? 0.0f : std::bit_cast<float>(s.word(i, 0));
+        for (std::size_t first = 0; first < s.k; first += Model::k) {
+            acc = tc::dot<Model>(std::span<const T>(a).subspan(first, Model::k),
+                                 std::span<const T>(b).subspan(first, Model::k), acc);
+        }
+        const std::uint32_t got = std::bit_cast<std::uint32_t>(acc);
+        if (got == s.word(i, 1)) {
+            ++r.equal;
+        } else if (r.first_miss.empty()) {
+            std::ostringstream text;
+            text << "line " << i << ": model " << std::hex << got << ", GPU " << s.word(i, 1);
+            r.first_miss = text.str();
+        }
+    }
+    return r;
+}
+
+template <tc::InnerProductModel Model, class T>
+void check_all(const std::string& gpu, const std::string& format, bool zero_c = false)
+{
+    const vector_set s = read_set(gpu, format);
+    CHECK(s.lines == 1250);
+    const match_result r = match<Model, T>(s, zero_c);
+    INFO(Model::name << " on " << gpu << " " << format << ": " << r.lines - r.equal << " of " << r.lines
+                     << " vectors differ; first: " << r.first_miss);
+    CHECK(r.equal == r.lines);
+}
+
+inline std::uint32_t bits_of(float x) { return std::bit_cast<std::uint32_t>(x); }
+
+}  // namespace tc_public
+
+TEST_CASE("the NVIDIA unit models reproduce every vendored public vector", "[tensor_core][public]")
+{
+    using namespace tc_public;
+    using scalify::float8_e4m3fn;
+    using scalify::float8_e5m2;
+    using half = Eigen::half;
+    using bf16 = Eigen::bfloat16;
+
+    SECTION("V100") { check_all<tc::v100_hmma, half>("V100", "fp16"); }
+    SECTION("A100 and A2")
+    {
+        check_all<tc::a100_hmma, half>("A100", "fp16");
+        check_all<tc::a100_hmma, bf16>("A100", "bf16");
+        check_all<tc::a2_hmma, half>("A2", "fp16");
+        check_all<tc::a2_hmma, bf16>("A2", "bf16");
+    }
+    SECTION("Ada and L40S")
+    {
+        for (const char* gpu : {"Ada", "L40S"}) {
+            check_all<tc::ada_hmma, half>(gpu, "fp16");
+            check_all<tc::ada_hmma, bf16>(gpu, "bf16");
+            check_all<tc::ada_qmma, float8_e4m3fn>(gpu, "E4M3");
+            check_all<tc::ada_qmma, float8_e5m2>(gpu, "E5M2");
+        }
+    }
+    SECTION("H100 and H200")
+    {
+        check_all<tc::h100_hmma, half>("H100", "fp16");
+        check_all<tc::h100_hmma, bf16>("H100", "bf16");
+        check_all<tc::h100_qgmma, float8_e4m3fn>("H100", "E4M3", true);
+        check_all<tc::h100_qgmma, float8_e5m2>("H100", "E5M2", true);
+        check_all<tc::h200_hmma, half>("H200", "fp16");
+        check_all<tc::h200_hmma, bf16>("H200", "bf16");
+        check_all<tc::h200_qgmma, float8_e4m3fn>("H200", "E4M3", true);
+        check_all<tc::h200_qgmma, float8_e5m2>("H200", "E5M2", true);
+    }
+    SECTION("B200")
+    {
+        check_all<tc::b200_hmma, half>("B200", "fp16");
+        check_all<tc::b200_hmma, bf16>("B200", "bf16");
+        check_all<tc::b200_qmma, float8_e4m3fn>("B200", "E4M3");
+        check_all<tc::b200_qmma, float8_e5m2>("B200", "E5M2");
+    }
+}
+
+namespace tc_public {
+/// MMA-Sim's tcgen05 kind::f8f6f4 rule (F = 25, P = 24, K = 32, every cut toward zero).
+struct mmasim_tcgen05_f8 : tc::inner_product_model<25, 24, 32, tc::any_pair_of<float8_e4m3fn, float8_e5m2>> {
+    static constexpr const char* name = "mmasim_tcgen05_f8";
+};
+/// The same with the sum rounded to nearest even (the MATLAB model B200TCRN's fp8 setting).
+struct b200_f25_nearest
+    : tc::inner_product_model<25, 24, 32, tc::any_pair_of<float8_e4m3fn, float8_e5m2>, tc::nearest_result_rules> {
+    static constexpr const char* name = "b200_f25_nearest";
+};
+/// b200_qmma with F = 29 and 30: the capture's lower bound on F.
+template <int F>
+struct b200_nearest_f : tc::inner_product_model<F, 24, 32, tc::any_pair_of<float8_e4m3fn, float8_e5m2>, tc::nearest_result_rules> {
+    static constexpr const char* name = "b200_nearest_f";
+};
+/// Ada's fp8 rule on one block of 32 (no split): the split matters.
+struct ada_qmma_unsplit : tc::inner_product_model<13, 14, 32, tc::any_pair_of<float8_e4m3fn, float8_e5m2>> {
+    static constexpr const char* name = "ada_qmma_unsplit";
+};
+}  // namespace tc_public
+
+TEST_CASE("the B200 fp8 capture: the published rules it rejects, the bound on F", "[tensor_core][public]")
+{
+    using namespace tc_public;
+    const vector_set e4m3 = read_set("B200", "E4M3");
+    const vector_set e5m2 = read_set("B200", "E5M2");
+    // The counts docs/tensor_core.md quotes.
+    CHECK(match<mmasim_tcgen05_f8, float8_e4m3fn>(e4m3).equal == 804);
+    CHECK(match<mmasim_tcgen05_f8, float8_e5m2>(e5m2).equal == 813);
+    CHECK(match<b200_f25_nearest, float8_e4m3fn>(e4m3).equal == 1175);
+    CHECK(match<b200_f25_nearest, float8_e5m2>(e5m2).equal == 1168);
+    CHECK(match<b200_nearest_f<29>, float8_e4m3fn>(e4m3).equal == 1250);
+    CHECK(match<b200_nearest_f<29>, float8_e5m2>(e5m2).equal == 1249);
+    CHECK(match<b200_nearest_f<30>, float8_e5m2>(e5m2).equal == 1250);
+    // Ada's fp8 unit takes 16 products per block: one block of 32 misses.
+    CHECK(match<ada_qmma_unsplit, float8_e4m3fn>(read_set("L40S", "E4M3")).equal < 1250);
+}
+
+TEST_CASE("b200_qmma rounds to nearest even; the cut-toward-zero units do not", "[tensor_core][public]")
+{
+    using namespace tc_public;
+    // 2^-18 is half an ulp of 64 (ulp 2^-17): the smallest e4m3 subnormal squared.
+    std::array<float8_e4m3fn, 32> a{}, b{};
+    a[0] = b[0] = float8_e4m3fn(0x1p-9f);
+    REQUIRE(static_cast<float>(a[0]) == 0x1p-9f);
+    CHECK(tc::dot<tc::b200_qmma>(a, b, 64.0f) == 64.0f);                                 // tie, even kept
+    CHECK(tc::dot<tc::b200_qmma>(a, b, 64.0f + 0x1p-17f) == 64.0f + 0x1p-16f);           // tie, up to even
+    a[0] = float8_e4m3fn(-0x1p-9f);
+    CHECK(tc::dot<tc::b200_qmma>(a, b, -64.0f - 0x1p-17f) == -64.0f - 0x1p-16f);         // symmetric
+    a[0] = float8_e4m3fn(0x1p-9f);
+    a[1] = b[1] = float8_e4m3fn(0x1p-9f);
+    a[2] = b[2] = float8_e4m3fn(0x1p-9f);                                                 // 1.5 ulp
+    CHECK(tc::dot<tc::b200_qmma>(a, b, 64.0f) == 64.0f + 0x1p-16f);
+    // The cut-toward-zero units keep 64 + 1 ulp at most (ada_qmma: 14 bits, so 64 itself).
+    std::array<float8_e4m3fn, 16> a16{}, b16{};
+    std::copy_n(a.begin(), 16, a16.begin());
+    std::copy_n(b.begin(), 16, b16.begin());
+    CHECK(tc::dot<tc::ada_qmma>(a16, b16, 64.0f) == 64.0f);
+    std::array<Eigen::half, 16> h{}, g{};
+    h[0] = g[0] = Eigen::half(0x1p-9f);
+    h[1] = g[1] = Eigen::half(0x1p-9f);
+    h[2] = g[2] = Eigen::half(0x1p-9f);
+    CHECK(tc::dot<tc::b200_hmma>(h, g, 64.0f) == 64.0f + 0x1p-17f);
+}
+
+TEST_CASE("the NVIDIA unit models: non-finite and subnormal input", "[tensor_core][public]")
+{
+    using namespace tc_public;
+    constexpr float inf = std::numeric_limits<float>::infinity();
+    const float nan = std::numeric_limits<float>::quiet_NaN();
+    std::array<Eigen::half, 4> a{}, b{};
+    a[0] = Eigen::half(inf);
+    b[0] = Eigen::half(2.0f);
+    CHECK(tc::dot<tc::v100_hmma>(a, b, 1.0f) == inf);
+    b[0] = Eigen::half(0.0f);
+    CHECK(bits_of(tc::dot<tc::v100_hmma>(a, b, 1.0f)) == 0x7fffffffu);  // inf * 0: canonical NaN
+    CHECK(bits_of(tc::dot<tc::v100_hmma>(std::array<Eigen::half, 4>{}, std::array<Eigen::half, 4>{}, nan)) ==
+          0x7fffffffu);
+    std::array<Eigen::bfloat16, 8> x{}, y{};
+    x[0] = Eigen::bfloat16(-inf);
+    y[0] = Eigen::bfloat16(1.0f);
+    CHECK(tc::dot<tc::a100_hmma>(x, y, inf) != tc::dot<tc::a100_hmma>(x, y, inf));  // -inf + inf: NaN
+    CHECK(tc::dot<tc::ada_hmma>(x, y, 0.0f) == -inf);
+    std::array<float8_e4m3fn, 32> p{}, q{};
+    p[0] = float8_e4m3fn::from_bits(0x7f);  // e4m3fn NaN
+    q[0] = float8_e4m3fn(1.0f);
+    CHECK(bits_of(tc::dot<tc::b200_qmma>(p, q, 0.0f)) == 0x7fffffffu);
+    // Subnormal operands take part with their exact value: 2^-16 * 2^-16 on e5m2.
+    std::array<float8_e5m2, 16> s{}, t{};
+    s[0] = t[0] = float8_e5m2(0x1p-16f);
+    REQUIRE(static_cast<float>(s[0]) == 0x1p-16f);
+    CHECK(tc::dot<tc::ada_qmma>(s, t, 0.0f) == 0x1p-32f);
+    std::array<float8_e5m2, 32> s32{}, t32{};
+    s32[0] = t32[0] = float8_e5m2(0x1p-16f);
+    CHECK(tc::dot<tc::b200_qmma>(s32, t32, 0.0f) == 0x1p-32f);
+    // An empty sum is +0, also for C = -0.
+    CHECK(bits_of(tc::dot<tc::b200_qmma>(std::array<float8_e5m2, 32>{}, std::array<float8_e5m2, 32>{}, -0.0f)) == 0u);
+}
