@@ -2,14 +2,19 @@
 /// \file eigen.hpp
 /// Eigen interoperability: Eigen::NumTraits for minifloat (so Eigen::Matrix<float8_e4m3fn, ...>
 /// works with .cast<>()), and float_traits for Eigen::half / Eigen::bfloat16, so convert<> rounds
-/// into them with every rounding and saturation policy.
+/// into them with every rounding and saturation policy. Also xtensor's traits for half and
+/// bfloat16, as minifloat.hpp gives them for the minifloats: xt::sum / prod / mean over their data
+/// accumulate in float, amax / amin select in the type, the norms accumulate in double.
 
 #include <scalify/numeric/convert.hpp>
 #include <scalify/numeric/limits.hpp>
 
 #include <scalify/detail/eigen_core.hpp>
 
+#include <concepts>
 #include <cstdint>
+#include <type_traits>
+#include <utility>
 
 namespace scalify {
 
@@ -62,3 +67,58 @@ struct NumTraits<scalify::minifloat<F>> : GenericNumTraits<scalify::minifloat<F>
 };
 
 }  // namespace Eigen
+
+// xtensor's traits for the Eigen 16-bit types (declared in minifloat.hpp). Their own arithmetic,
+// and with it xtensor's element-wise operators on them, stays Eigen's.
+
+namespace xtl {
+template <class... T>
+struct promote_type;
+}  // namespace xtl
+
+/// xtensor combines the element types of an expression's operands with xtl::promote_type, the
+/// type of a + b. xt::cast<float>(data) keeps the data's type there, so xt::mean(xt::cast<float>(
+/// bfloat16 data)) asks for bfloat16 + double, which ISO C++ finds ambiguous (Eigen's
+/// bfloat16 + int against the built-in float + double; half has the same with /): with a float
+/// or double, both types give what float gives.
+template <std::floating_point T>
+struct xtl::promote_type<Eigen::half, T> {
+    using type = decltype(std::declval<float>() + std::declval<T>());
+};
+template <std::floating_point T>
+struct xtl::promote_type<T, Eigen::half> : xtl::promote_type<Eigen::half, T> {};
+template <std::floating_point T>
+struct xtl::promote_type<Eigen::bfloat16, T> {
+    using type = decltype(std::declval<float>() + std::declval<T>());
+};
+template <std::floating_point T>
+struct xtl::promote_type<T, Eigen::bfloat16> : xtl::promote_type<Eigen::bfloat16, T> {};
+
+template <>
+struct xtl::is_scalar<Eigen::half> : std::true_type {};
+template <>
+struct xtl::is_scalar<Eigen::bfloat16> : std::true_type {};
+
+template <>
+struct xtl::big_promote_type<Eigen::half> {
+    using type = double;
+};
+template <>
+struct xtl::big_promote_type<Eigen::bfloat16> {
+    using type = double;
+};
+
+/// A sum over bfloat16 data would go on as float + bfloat16, which is ambiguous: xt::sum and
+/// xt::mean over it fail with a static_assert naming xt::cast<float>(data) (prod, amax, amin and
+/// the norms work).
+template <>
+inline constexpr bool scalify::detail::adds_to_float<Eigen::bfloat16> = false;
+
+template <>
+struct xt::const_value<Eigen::half> : scalify::detail::narrow_float_const_value<Eigen::half> {
+    using scalify::detail::narrow_float_const_value<Eigen::half>::narrow_float_const_value;
+};
+template <>
+struct xt::const_value<Eigen::bfloat16> : scalify::detail::narrow_float_const_value<Eigen::bfloat16> {
+    using scalify::detail::narrow_float_const_value<Eigen::bfloat16>::narrow_float_const_value;
+};

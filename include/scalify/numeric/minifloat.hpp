@@ -2,7 +2,8 @@
 /// \file minifloat.hpp
 /// minifloat<Format>: the value type of every small float format (fp8, fp6, fp4, e8m0), in the
 /// layers of Eigen's Half.h: raw bits, explicit rounding constructors, arithmetic through float.
-/// Mixed with another type a minifloat computes as the float it widens to.
+/// Mixed with another type a minifloat computes as the float it widens to; the end of this file
+/// makes xtensor's reducers and traits follow that rule (docs/ops.md, "Reading the data back").
 
 #include <scalify/detail/encode.hpp>
 #include <scalify/numeric/format.hpp>
@@ -10,6 +11,7 @@
 #include <array>
 #include <compare>
 #include <concepts>
+#include <cstddef>
 #include <cstdint>
 #include <limits>
 #include <type_traits>
@@ -307,4 +309,233 @@ template <scalify::FloatFormat F, scalify::FloatFormat G>
     requires(!std::same_as<F, G>)
 struct std::common_type<scalify::minifloat<F>, scalify::minifloat<G>> {
     using type = float;
+};
+
+// ---------------------------------------------------------------------------------------------
+// xtensor interoperability
+//
+// xtensor takes an expression's accumulator and helper types from the element type: its reducers
+// fold from xt::const_value<value_type> with the element's own +, and xtl::select (amax, amin,
+// where, maximum) and the norms ask xtl's traits. Left to its defaults, xt::sum over minifloat
+// data would fold in the minifloat, rounding at every step (and stalling once the total's spacing
+// exceeds the elements), xt::amax would not compile, and xt::norm_l2 would accumulate in the
+// minifloat. Here, with the type, so that every translation unit that can name a minifloat sees
+// these specialisations before any use (one that folded in the minifloat beside one that folds in
+// float would break the one-definition rule):
+//   - xt::sum / prod / mean over minifloat data accumulate in float, and return float (mean:
+//     double, as for float data); amax / amin select exactly and return the minifloat;
+//   - the norms accumulate in double, as xtensor's do for float (xtl::big_promote_type);
+//   - an arithmetic operator on xtensor operands of one minifloat format, whose every element
+//     and intermediate would be rounded to that format, fails with one static_assert naming the
+//     float forms (mixed operands compute in float or double, as the operators above do).
+// xtensor's templates are declared here, not included, so that this header stays cheap to parse
+// (<xtensor/xreducer.hpp> alone takes ten times as long). The declarations are xtensor 0.24's and
+// xtl 0.7's.
+
+namespace xtl {
+template <class T>
+struct is_scalar;
+template <class T>
+struct big_promote_type;
+}  // namespace xtl
+
+namespace xt {
+template <class D>
+class xexpression;
+template <class T>
+struct const_value;
+}  // namespace xt
+
+namespace scalify::detail {
+
+/// Whether float + T picks one operator, so that a reducer can go on adding T elements to a float
+/// sum. Not for Eigen::bfloat16, whose + (bfloat16, int) overloads make it ambiguous (eigen.hpp).
+template <class T>
+inline constexpr bool adds_to_float = true;
+
+/// The value xtensor's reducers fold a narrow-float array from (xt::const_value<T> below): sum
+/// starts from T(0), prod from T(1), amax from lowest(). An element added to it or multiplied by
+/// it gives float, so sums and products accumulate in float; it converts back to T, so amax and
+/// amin select exactly and keep T.
+template <class T>
+struct reduction_start {
+    T value;
+
+    constexpr operator T() const noexcept { return value; }
+    constexpr operator float() const noexcept { return static_cast<float>(value); }
+
+    /// float; T where the static_assert rejects the sum, so that the accumulation after it stays
+    /// well-formed and the static_assert is the only error.
+    using sum_type = std::conditional_t<adds_to_float<T>, float, T>;
+
+    [[nodiscard]] friend constexpr sum_type operator+(reduction_start start, const T& x) noexcept
+    {
+        static_assert(adds_to_float<T>,
+                      "xtensor cannot sum this type in float (float + Eigen::bfloat16 is ambiguous): "
+                      "sum xt::cast<float>(data) instead");
+        if constexpr (Minifloat<T>) {
+            // T(0) is NaN in a format without zero, and would make every sum NaN.
+            static_assert(T::format::has_zero,
+                          "this minifloat format has no zero, so xtensor's sums over it cannot start from 0: "
+                          "sum xt::cast<float>(data) instead");
+        }
+        return static_cast<sum_type>(static_cast<float>(start.value) + static_cast<float>(x));
+    }
+    [[nodiscard]] friend constexpr float operator*(reduction_start start, const T& x) noexcept
+    {
+        return static_cast<float>(start.value) * static_cast<float>(x);
+    }
+};
+
+/// xt::const_value<T> for a narrow float T: the interface of xtensor's primary template, holding
+/// a reduction_start.
+template <class T>
+struct narrow_float_const_value {
+    using value_type = reduction_start<T>;
+
+    constexpr narrow_float_const_value() = default;
+    constexpr narrow_float_const_value(T start) noexcept : m_value{start} {}
+
+    [[nodiscard]] constexpr value_type operator()() const noexcept { return m_value; }
+
+    template <class NT>
+    using rebind_t = xt::const_value<NT>;
+    template <class NT>
+    [[nodiscard]] xt::const_value<NT> rebind() const
+    {
+        return xt::const_value<NT>(m_value);
+    }
+
+    value_type m_value{};  // public, as xtensor's const_value_rebinder reads it
+};
+
+template <class E>
+concept xtensor_expression = std::is_base_of_v<xt::xexpression<std::decay_t<E>>, std::decay_t<E>>;
+
+/// The element type of an xtensor operand: an expression's value_type, or the scalar itself.
+template <class E>
+struct xtensor_operand_element {
+    using type = std::decay_t<E>;
+};
+template <xtensor_expression E>
+struct xtensor_operand_element<E> {
+    using type = typename std::decay_t<E>::value_type;
+};
+template <class E>
+using xtensor_operand_element_t = typename xtensor_operand_element<E>::type;
+
+/// Operands of an xtensor operator (at least one an expression) whose elements are all of one
+/// minifloat format: the element-wise result would be rounded to that format.
+template <class E1, class E2>
+concept same_minifloat_xtensor_operands =
+    (xtensor_expression<E1> || xtensor_expression<E2>) && Minifloat<xtensor_operand_element_t<E1>> &&
+    std::same_as<xtensor_operand_element_t<E1>, xtensor_operand_element_t<E2>>;
+
+/// One static_assert per format (not per expression type), so that a longer expression reports once.
+template <class Element>
+constexpr void reject_same_minifloat_xtensor_arithmetic() noexcept
+{
+    static_assert(!Minifloat<Element>,
+                  "xtensor arithmetic on operands of one minifloat format would round every element, and every "
+                  "intermediate, to that format. Compute in float: xt::cast<float>(a.data()), cast<float>(a).data(), "
+                  "or a.value() (data times scale)");
+}
+
+/// What a rejected operator returns: its expression operand, so that the caller's code stays
+/// well-typed and the static_assert is the only error.
+template <class E1, class E2>
+[[nodiscard]] auto rejected_operator_result(E1&& e1, E2&& e2)
+{
+    if constexpr (xtensor_expression<E1>) return std::decay_t<E1>(std::forward<E1>(e1));
+    else return std::decay_t<E2>(std::forward<E2>(e2));
+}
+
+}  // namespace scalify::detail
+
+namespace scalify {
+
+// Found by argument-dependent lookup beside xtensor's operator templates, and preferred to them
+// as the more constrained; only ever instantiated to fail.
+
+template <class E1, class E2>
+    requires detail::same_minifloat_xtensor_operands<E1, E2>
+auto operator+(E1&& e1, E2&& e2)
+{
+    detail::reject_same_minifloat_xtensor_arithmetic<detail::xtensor_operand_element_t<E1>>();
+    return detail::rejected_operator_result(std::forward<E1>(e1), std::forward<E2>(e2));
+}
+
+template <class E1, class E2>
+    requires detail::same_minifloat_xtensor_operands<E1, E2>
+auto operator-(E1&& e1, E2&& e2)
+{
+    detail::reject_same_minifloat_xtensor_arithmetic<detail::xtensor_operand_element_t<E1>>();
+    return detail::rejected_operator_result(std::forward<E1>(e1), std::forward<E2>(e2));
+}
+
+template <class E1, class E2>
+    requires detail::same_minifloat_xtensor_operands<E1, E2>
+auto operator*(E1&& e1, E2&& e2)
+{
+    detail::reject_same_minifloat_xtensor_arithmetic<detail::xtensor_operand_element_t<E1>>();
+    return detail::rejected_operator_result(std::forward<E1>(e1), std::forward<E2>(e2));
+}
+
+template <class E1, class E2>
+    requires detail::same_minifloat_xtensor_operands<E1, E2>
+auto operator/(E1&& e1, E2&& e2)
+{
+    detail::reject_same_minifloat_xtensor_arithmetic<detail::xtensor_operand_element_t<E1>>();
+    return detail::rejected_operator_result(std::forward<E1>(e1), std::forward<E2>(e2));
+}
+
+// xtensor's norms (xt::norm_l0, norm_l1, norm_l2, norm_linf, norm_sq) call these on each
+// element, found by argument-dependent lookup: they are float's, on the exact widened value
+// (abs is the minifloat's, exact).
+
+template <FloatFormat F>
+[[nodiscard]] std::size_t norm_l0(minifloat<F> x) noexcept
+{
+    return x != 0 ? 1 : 0;
+}
+template <FloatFormat F>
+[[nodiscard]] float norm_l1(minifloat<F> x) noexcept
+{
+    return static_cast<float>(abs(x));
+}
+template <FloatFormat F>
+[[nodiscard]] float norm_l2(minifloat<F> x) noexcept
+{
+    return static_cast<float>(abs(x));
+}
+template <FloatFormat F>
+[[nodiscard]] float norm_linf(minifloat<F> x) noexcept
+{
+    return static_cast<float>(abs(x));
+}
+template <FloatFormat F>
+[[nodiscard]] float norm_sq(minifloat<F> x) noexcept
+{
+    const float widened = static_cast<float>(x);
+    return widened * widened;
+}
+
+}  // namespace scalify
+
+/// xtl::select (amax, amin, where, maximum) takes only types xtl calls scalars.
+template <scalify::FloatFormat F>
+struct xtl::is_scalar<scalify::minifloat<F>> : std::true_type {};
+template <class T>
+struct xtl::is_scalar<scalify::detail::reduction_start<T>> : std::true_type {};
+
+/// The norms' accumulator: double, as for float.
+template <scalify::FloatFormat F>
+struct xtl::big_promote_type<scalify::minifloat<F>> {
+    using type = double;
+};
+
+/// The reducers' starting value (sum, prod, amax, amin, mean, ...).
+template <scalify::FloatFormat F>
+struct xt::const_value<scalify::minifloat<F>> : scalify::detail::narrow_float_const_value<scalify::minifloat<F>> {
+    using scalify::detail::narrow_float_const_value<scalify::minifloat<F>>::narrow_float_const_value;
 };
