@@ -26,7 +26,7 @@ namespace {
 const std::vector<float> exact_values = {-3.0f, -1.5f, -0.25f, 0.0f, 0.5f, 1.0f, 1.75f, 2.0f, 3.5f, 6.0f, 12.0f, -8.0f};
 
 template <class T>
-xt::xarray<T> low_precision(const std::vector<float>& values, const std::vector<std::size_t>& shape)
+xt::xarray<T> low_precision_array(const std::vector<float>& values, const std::vector<std::size_t>& shape)
 {
     xt::xarray<float> wide = xt::xarray<float>::from_shape(shape);
     std::copy(values.begin(), values.end(), wide.begin());
@@ -51,7 +51,7 @@ using value_type_of = typename std::decay_t<Expression>::value_type;
 TEMPLATE_TEST_CASE("xtensor reductions of xt::cast<float>(data) equal the float computation", "[xtensor]",
                    float8_e4m3fn, float8_e5m2, Eigen::half, Eigen::bfloat16)
 {
-    const auto a = make_scaled_array<pow2_scale>(low_precision<TestType>(exact_values, {3, 4}), 0.25f);
+    const auto a = make_scaled_array<pow2_scale>(low_precision_array<TestType>(exact_values, {3, 4}), 0.25f);
     const auto widened = xt::cast<float>(a.data());
     REQUIRE(std::equal(widened.begin(), widened.end(), exact_values.begin()));
 
@@ -65,7 +65,7 @@ TEMPLATE_TEST_CASE("xtensor reductions of xt::cast<float>(data) equal the float 
     CHECK(xt::norm_l2(widened)() == std::sqrt(static_cast<double>(squares)));
 
     // The same reductions over float data of the same values.
-    const xt::xarray<float> reference = low_precision<float>(exact_values, {3, 4});
+    const xt::xarray<float> reference = low_precision_array<float>(exact_values, {3, 4});
     CHECK(xt::amax(widened)() == xt::amax(reference)());
     CHECK(xt::amin(widened)() == xt::amin(reference)());
     CHECK(xt::norm_l1(widened)() == xt::norm_l1(reference)());
@@ -93,7 +93,7 @@ TEMPLATE_TEST_CASE("xtensor reductions over low-precision data accumulate in flo
 {
     // 4096 ones: a sum kept in the type would stop growing once the total's spacing reaches 2
     // (at 16 in e4m3fn, 8 in e5m2, 2048 in half, 256 in bfloat16).
-    const xt::xarray<TestType> ones = low_precision<TestType>(std::vector<float>(4096, 1.0f), {4096});
+    const xt::xarray<TestType> ones = low_precision_array<TestType>(std::vector<float>(4096, 1.0f), {4096});
     if constexpr (!std::is_same_v<TestType, Eigen::bfloat16>) {
         // (bfloat16's sums fail to compile: tests/compile_fail/xtensor_sum_bfloat16.cpp.)
         const auto sum = xt::sum(ones);
@@ -101,7 +101,7 @@ TEMPLATE_TEST_CASE("xtensor reductions over low-precision data accumulate in flo
         CHECK(sum() == 4096.0f);
         CHECK(xt::mean(ones)() == 1.0);
 
-        const xt::xarray<TestType> rows = low_precision<TestType>(std::vector<float>(2 * 4096, 1.0f), {2, 4096});
+        const xt::xarray<TestType> rows = low_precision_array<TestType>(std::vector<float>(2 * 4096, 1.0f), {2, 4096});
         const xt::xarray<float> row_sums = xt::sum(rows, {1});
         CHECK((row_sums == xt::xarray<float>{4096.0f, 4096.0f}));
     }
@@ -110,13 +110,13 @@ TEMPLATE_TEST_CASE("xtensor reductions over low-precision data accumulate in flo
     CHECK(xt::norm_l2(ones)() == 64.0);
 
     // 2^10 overflows e4m3fn (max 448): the product is taken in float.
-    const xt::xarray<TestType> twos = low_precision<TestType>(std::vector<float>(10, 2.0f), {10});
+    const xt::xarray<TestType> twos = low_precision_array<TestType>(std::vector<float>(10, 2.0f), {10});
     const auto product = xt::prod(twos);
     STATIC_REQUIRE(std::is_same_v<value_type_of<decltype(product)>, float>);
     CHECK(product() == 1024.0f);
 
     // amax and amin select exactly, and keep the element type.
-    const xt::xarray<TestType> data = low_precision<TestType>(exact_values, {3, 4});
+    const xt::xarray<TestType> data = low_precision_array<TestType>(exact_values, {3, 4});
     const auto largest = xt::amax(data);
     STATIC_REQUIRE(std::is_same_v<value_type_of<decltype(largest)>, TestType>);
     CHECK(static_cast<float>(largest()) == 12.0f);
@@ -161,7 +161,7 @@ TEST_CASE("a minifloat mixed with another type computes as float does", "[xtenso
     CHECK_FALSE(float8_e4m3fn(std::numeric_limits<float>::quiet_NaN()) == 0.0f);  // NaN is unordered
 
     // Element-wise, the same promotion.
-    const auto a = make_scaled_array<pow2_scale>(low_precision<float8_e4m3fn>(exact_values, {3, 4}), 0.5f);
+    const auto a = make_scaled_array<pow2_scale>(low_precision_array<float8_e4m3fn>(exact_values, {3, 4}), 0.5f);
     const auto widened = xt::cast<float>(a.data());
     const auto doubled = a.data() * 2.0;
     STATIC_REQUIRE(std::is_same_v<value_type_of<decltype(doubled)>, double>);
@@ -173,7 +173,7 @@ TEST_CASE("a minifloat mixed with another type computes as float does", "[xtenso
     CHECK(xt::mean(a.data() * 0.5f)() == xt::mean(widened * 0.5f)());
 
     // Two formats meet in float.
-    const auto b = low_precision<float8_e5m2>(exact_values, {3, 4});
+    const auto b = low_precision_array<float8_e5m2>(exact_values, {3, 4});
     const auto mixed = a.data() + b;
     STATIC_REQUIRE(std::is_same_v<value_type_of<decltype(mixed)>, float>);
     CHECK((xt::xarray<float>(mixed) == xt::xarray<float>(widened * 2.0f)));
@@ -182,7 +182,7 @@ TEST_CASE("a minifloat mixed with another type computes as float does", "[xtenso
 
 TEST_CASE("exact element-wise xtensor functions keep the minifloat", "[xtensor]")
 {
-    const auto data = low_precision<float8_e4m3fn>(exact_values, {3, 4});
+    const auto data = low_precision_array<float8_e4m3fn>(exact_values, {3, 4});
     const auto widened = xt::cast<float>(data);
 
     const xt::xarray<float8_e4m3fn> magnitude = xt::abs(data), negated = -data;
@@ -194,7 +194,7 @@ TEST_CASE("exact element-wise xtensor functions keep the minifloat", "[xtensor]"
 
     // xtensor's printer shows the widened values (operator<< from scalify/io/format.hpp).
     std::ostringstream printed;
-    printed << xt::xarray<float8_e4m3fn>(low_precision<float8_e4m3fn>({1.5f, -2.0f, 0.25f}, {3}));
+    printed << xt::xarray<float8_e4m3fn>(low_precision_array<float8_e4m3fn>({1.5f, -2.0f, 0.25f}, {3}));
     CHECK(printed.str() == "{ 1.5,   -2, 0.25}");
 }
 
