@@ -11,6 +11,7 @@
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <concepts>
 #include <cstdlib>
 #include <limits>
 #include <span>
@@ -122,16 +123,34 @@ void check_dot(reader& in)
 template <class TA, class TB>
 void check_fp8_pair(reader& in)
 {
-    if (in.byte() % 2 == 0) check_gemm<tc::h100_cublaslt_fp8, TA, TB>(in);
-    else check_gemm<tc::h100_cublaslt_fp8_fast, TA, TB>(in);
-    check_dot<tc::h100_qgmma, TA, TB>(in);
+    switch (in.byte() % 4) {
+    case 0: check_gemm<tc::h100_cublaslt_fp8, TA, TB>(in); check_dot<tc::h100_qgmma, TA, TB>(in); break;
+    case 1: check_gemm<tc::h100_cublaslt_fp8_fast, TA, TB>(in); check_dot<tc::h100_qgmma, TA, TB>(in); break;
+    case 2: check_gemm<tc::ada_qmma_chain, TA, TB>(in); check_dot<tc::ada_qmma, TA, TB>(in); break;
+    default: check_gemm<tc::b200_qmma_chain, TA, TB>(in); check_dot<tc::b200_qmma, TA, TB>(in); break;
+    }
+}
+
+template <class Chain, class T>
+void check_16bit_on(reader& in)
+{
+    check_gemm<Chain, T, T>(in);
+    check_dot<typename Chain::instruction, T, T>(in);
 }
 
 template <class T>
 void check_16bit(reader& in)
 {
-    check_gemm<tc::h100_hmma_chain, T, T>(in);
-    check_dot<tc::h100_hmma, T, T>(in);
+    switch (in.byte() % 5) {
+    case 0: check_16bit_on<tc::h100_hmma_chain, T>(in); break;
+    case 1: check_16bit_on<tc::a100_hmma_chain, T>(in); break;
+    case 2: check_16bit_on<tc::ada_hmma_chain, T>(in); break;
+    case 3: check_16bit_on<tc::b200_hmma_chain, T>(in); break;
+    default:
+        if constexpr (std::same_as<T, Eigen::half>) check_16bit_on<tc::v100_hmma_chain, T>(in);
+        else check_16bit_on<tc::h100_hmma_chain, T>(in);
+        break;
+    }
 }
 
 void check_shapes(reader& in)

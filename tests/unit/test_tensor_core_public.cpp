@@ -2,7 +2,7 @@
 // h100_qgmma, b200_hmma, b200_qmma) against every vendored vector of the public GPU captures of
 // Khattak and Mikaitis (tests/data/tensor_core_public/, README there), bit for bit per (model,
 // GPU, format); the rules the captures do not reach (rounding ties, non-finite input) on
-// hand-made cases.
+// hand-made cases; each unit's GEMM chain against loops of its instruction.
 #include <scalify/scalify.hpp>
 
 #include <catch2/catch.hpp>
@@ -15,6 +15,7 @@
 #include <iterator>
 #include <limits>
 #include <map>
+#include <random>
 #include <span>
 #include <sstream>
 #include <stdexcept>
@@ -279,4 +280,78 @@ TEST_CASE("the NVIDIA unit models: non-finite and subnormal input", "[tensor_cor
     CHECK(tc::dot<tc::b200_qmma>(s32, t32, 0.0f) == 0x1p-32f);
     // An empty sum is +0, also for C = -0.
     CHECK(bits_of(tc::dot<tc::b200_qmma>(std::array<float8_e5m2, 32>{}, std::array<float8_e5m2, 32>{}, -0.0f)) == 0u);
+}
+
+namespace tc_public {
+/// Random finite codes of T (a sixteenth of them zero).
+template <class T>
+xt::xarray<T> random_codes(std::size_t rows, std::size_t cols, std::mt19937& rng)
+{
+    using format = typename float_traits<T>::format;
+    std::uniform_int_distribution<unsigned> code(0, (1u << format::total_bits) - 1);
+    std::uniform_int_distribution<int> pick(0, 15);
+    auto x = xt::xarray<T>::from_shape({rows, cols});
+    for (auto& e : x) {
+        do {
+            e = pick(rng) == 0 ? from_code<T>(0) : from_code<T>(code(rng));
+        } while (!std::isfinite(static_cast<float>(e)));
+    }
+    return x;
+}
+
+/// gemm<Model> (lanes where they fit), gemm_dot<Model> (the reference chain) and the GEMM over
+/// float32 values on the formats' grids agree bit for bit.
+template <tc::GemmModel Model, class T>
+void check_chain(std::size_t m, std::size_t k, std::size_t n, unsigned seed)
+{
+    std::mt19937 rng(seed);
+    const auto a = random_codes<T>(m, k, rng);
+    const auto b = random_codes<T>(k, n, rng);
+    const xt::xarray<float> d = tc::gemm<Model>(a, b);
+    std::vector<T> row(k), column(k);
+    std::size_t mismatches = 0;
+    for (std::size_t i = 0; i < m; ++i) {
+        for (std::size_t p = 0; p < k; ++p) row[p] = a(i, p);
+        for (std::size_t j = 0; j < n; ++j) {
+            for (std::size_t p = 0; p < k; ++p) column[p] = b(p, j);
+            mismatches += bits_of(d(i, j)) == bits_of(tc::gemm_dot<Model>(row, column)) ? 0 : 1;
+        }
+    }
+    const xt::xarray<float> a_values = xt::cast<float>(a), b_values = xt::cast<float>(b);
+    std::vector<float> on_grid(m * n, -1.0f);
+    tc::detail::gemm_into_on_grid<Model, T, T>(a_values.data(), b_values.data(), m, k, n, on_grid.data());
+    std::size_t grid_mismatches = 0;
+    for (std::size_t i = 0; i < m * n; ++i) grid_mismatches += bits_of(on_grid[i]) == bits_of(d.data()[i]) ? 0 : 1;
+    INFO(Model::name << " " << m << "x" << k << "x" << n << " seed " << seed);
+    CHECK(mismatches == 0);
+    CHECK(grid_mismatches == 0);
+}
+}  // namespace tc_public
+
+TEST_CASE("the units' GEMM chains equal loops of their instruction", "[tensor_core][public][gemm]")
+{
+    using namespace tc_public;
+    // Shapes off the lanes' 32 outputs and off each instruction's K.
+    check_chain<tc::v100_hmma_chain, Eigen::half>(5, 37, 33, 1);
+    check_chain<tc::a100_hmma_chain, Eigen::half>(5, 70, 33, 2);
+    check_chain<tc::a100_hmma_chain, Eigen::bfloat16>(4, 45, 9, 3);
+    check_chain<tc::ada_hmma_chain, Eigen::half>(3, 50, 40, 4);
+    check_chain<tc::ada_hmma_chain, Eigen::bfloat16>(3, 50, 40, 5);
+    check_chain<tc::ada_qmma_chain, float8_e4m3fn>(6, 100, 35, 6);
+    check_chain<tc::ada_qmma_chain, float8_e5m2>(6, 100, 35, 7);
+    check_chain<tc::b200_hmma_chain, Eigen::half>(5, 70, 33, 8);
+    check_chain<tc::b200_hmma_chain, Eigen::bfloat16>(5, 70, 33, 9);
+    check_chain<tc::b200_qmma_chain, float8_e4m3fn>(6, 100, 35, 10);
+    check_chain<tc::b200_qmma_chain, float8_e5m2>(6, 100, 35, 11);
+    // A chain is its instruction applied block after block from 0.
+    std::mt19937 rng(12);
+    const auto a = random_codes<float8_e4m3fn>(1, 64, rng);
+    const auto b = random_codes<float8_e4m3fn>(1, 64, rng);
+    std::vector<float8_e4m3fn> x(a.begin(), a.end()), y(b.begin(), b.end());
+    float acc = 0.0f;
+    for (std::size_t first = 0; first < 64; first += 16) {
+        acc = tc::dot<tc::ada_qmma>(std::span<const float8_e4m3fn>(x).subspan(first, 16),
+                                    std::span<const float8_e4m3fn>(y).subspan(first, 16), acc);
+    }
+    CHECK(bits_of(tc::gemm_dot<tc::ada_qmma_chain>(x, y)) == bits_of(acc));
 }

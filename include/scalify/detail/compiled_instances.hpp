@@ -15,7 +15,13 @@
 #define SCALIFY_FOR_EACH_GEMM_MODEL(X, KIND)                 \
     X(KIND, scalify::tensor_core::h100_cublaslt_fp8)      \
     X(KIND, scalify::tensor_core::h100_cublaslt_fp8_fast) \
-    X(KIND, scalify::tensor_core::h100_hmma_chain)
+    X(KIND, scalify::tensor_core::h100_hmma_chain)        \
+    X(KIND, scalify::tensor_core::v100_hmma_chain)        \
+    X(KIND, scalify::tensor_core::a100_hmma_chain)        \
+    X(KIND, scalify::tensor_core::ada_hmma_chain)         \
+    X(KIND, scalify::tensor_core::ada_qmma_chain)         \
+    X(KIND, scalify::tensor_core::b200_hmma_chain)        \
+    X(KIND, scalify::tensor_core::b200_qmma_chain)
 
 /// KIND is `template` (the definitions, in src/compiled.cpp) or `extern template`.
 #define SCALIFY_TENSOR_CORE_INSTANCE(KIND, Model)                                                                   \

@@ -234,4 +234,35 @@ struct h100_hmma_chain : gemm_model<h100_hmma, 0> {
     static constexpr const char* name = "h100_hmma_chain";
 };
 
+// One chain over all of K on each of the other units (what a kernel that keeps its float32
+// accumulators in registers does, as h100_hmma_chain). The instructions are captured; no GEMM
+// library's order of chains on these GPUs is.
+
+/// f16 GEMM on the V100's HMMA, one chain.
+struct v100_hmma_chain : gemm_model<v100_hmma, 0> {
+    static constexpr const char* name = "v100_hmma_chain";
+};
+/// f16/bf16 GEMM on the A100's (and A2's) HMMA, one chain.
+struct a100_hmma_chain : gemm_model<a100_hmma, 0> {
+    static constexpr const char* name = "a100_hmma_chain";
+};
+/// f16/bf16 GEMM on Ada's HMMA (RTX 40, L40S), one chain.
+struct ada_hmma_chain : gemm_model<ada_hmma, 0> {
+    static constexpr const char* name = "ada_hmma_chain";
+};
+/// fp8 GEMM on Ada's QMMA (RTX 40, L40S), one chain: every partial sum keeps at most 14
+/// significant bits, as the H100's fast accumulation.
+struct ada_qmma_chain : gemm_model<ada_qmma, 0> {
+    static constexpr const char* name = "ada_qmma_chain";
+};
+/// f16/bf16 GEMM on the B200's HMMA, one chain.
+struct b200_hmma_chain : gemm_model<b200_hmma, 0> {
+    static constexpr const char* name = "b200_hmma_chain";
+};
+/// fp8 GEMM on the B200's mma.sync fp8 unit, one chain: each 32 products and the running sum
+/// rounded once to nearest even.
+struct b200_qmma_chain : gemm_model<b200_qmma, 0> {
+    static constexpr const char* name = "b200_qmma_chain";
+};
+
 }  // namespace scalify::tensor_core
