@@ -310,9 +310,9 @@ template <InnerProductModel Model, class TA, class TB>
 [[nodiscard]] float dot(std::span<const TA> a, std::span<const TB> b, float c)
 {
     static_assert(Model::template takes<TA, TB>,
-                  "this tensor-core model does not take these operand types (h100_qgmma: float8_e4m3fn/"
-                  "float8_e5m2 in any pair; h100_hmma: Eigen::half x Eigen::half or Eigen::bfloat16 x "
-                  "Eigen::bfloat16)");
+                  "this tensor-core model does not take these operand types (the fp8 units, h100_qgmma, "
+                  "ada_qmma, b200_qmma: float8_e4m3fn/float8_e5m2 in any pair; the HMMA units: Eigen::half x "
+                  "Eigen::half or Eigen::bfloat16 x Eigen::bfloat16, v100_hmma Eigen::half only)");
     if (a.size() != Model::k || b.size() != Model::k) {
         SCALIFY_THROW(shape_error(fmt::format("tensor_core::dot<{}>: spans of {} and {} elements; the instruction "
                                               "takes K = {} of each",

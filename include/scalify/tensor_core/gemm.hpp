@@ -547,9 +547,10 @@ template <GemmModel Model, class TA, class TB>
 constexpr void check_operands() noexcept
 {
     static_assert(Model::instruction::template takes<TA, TB>,
-                  "this GEMM model's instruction does not take these operand types (h100_cublaslt_fp8 and "
-                  "h100_cublaslt_fp8_fast: float8_e4m3fn/float8_e5m2 in any pair; h100_hmma_chain: "
-                  "Eigen::half x Eigen::half or Eigen::bfloat16 x Eigen::bfloat16)");
+                  "this GEMM model's instruction does not take these operand types (h100_cublaslt_fp8, "
+                  "h100_cublaslt_fp8_fast, ada_qmma_chain, b200_qmma_chain: float8_e4m3fn/float8_e5m2 in any "
+                  "pair; the HMMA chains: Eigen::half x Eigen::half or Eigen::bfloat16 x Eigen::bfloat16, "
+                  "v100_hmma_chain Eigen::half only)");
 }
 
 }  // namespace detail
