@@ -7,6 +7,8 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+#include <array>
 #include <bit>
 #include <cmath>
 #include <cstdint>
@@ -278,6 +280,23 @@ TEST_CASE("the NVIDIA unit models: non-finite and subnormal input", "[tensor_cor
     std::array<float8_e5m2, 32> s32{}, t32{};
     s32[0] = t32[0] = float8_e5m2(0x1p-16f);
     CHECK(tc::dot<tc::b200_qmma>(s32, t32, 0.0f) == 0x1p-32f);
+    // The exceptional cases Khattak and Mikaitis's model tests state: C + a*b past float32's
+    // range gives +inf (2^127 + 2^127), +inf * -inf gives -inf, +inf and -inf terms give NaN.
+    std::array<Eigen::bfloat16, 16> u{}, w{};
+    u[0] = Eigen::bfloat16(0x1p127f);
+    w[0] = Eigen::bfloat16(1.0f);
+    CHECK(tc::dot<tc::b200_hmma>(u, w, 0x1p127f) == inf);
+    CHECK(tc::dot<tc::b200_hmma>(u, w, -0x1p127f) == 0.0f);
+    std::array<Eigen::bfloat16, 8> u8{}, w8{};
+    std::copy_n(u.begin(), 8, u8.begin());
+    std::copy_n(w.begin(), 8, w8.begin());
+    CHECK(tc::dot<tc::a100_hmma>(u8, w8, 0x1p127f) == inf);
+    u[0] = Eigen::bfloat16(inf);
+    w[0] = Eigen::bfloat16(-inf);
+    CHECK(tc::dot<tc::b200_hmma>(u, w, 0.0f) == -inf);
+    u[1] = Eigen::bfloat16(inf);
+    w[1] = Eigen::bfloat16(1.0f);
+    CHECK(bits_of(tc::dot<tc::b200_hmma>(u, w, 0.0f)) == 0x7fffffffu);
     // An empty sum is +0, also for C = -0.
     CHECK(bits_of(tc::dot<tc::b200_qmma>(std::array<float8_e5m2, 32>{}, std::array<float8_e5m2, 32>{}, -0.0f)) == 0u);
 }
