@@ -2,7 +2,9 @@
 // reproduce bit for bit, per file and per input class.
 //
 //   tensor_core_match FILE...        tile files (wgmma_*.bin, mma_*.bin, probe_*.bin) and cuBLASLt
-//                                    record files (gemm_*.bin), as reference/mma/ holds them
+//                                    record files (gemm_*.bin), as reference/mma/ holds them, and
+//                                    packed public sets (<GPU>_<format>_fp32.bin, written by
+//                                    tools/pack_tensor_core_public.py), each through its GPU's unit
 //
 // For comparison it also counts the outputs that equal plain float32 arithmetic: for tiles, the
 // sum computed in double and rounded once to float32 (the correctly rounded sum wherever double
@@ -10,6 +12,7 @@
 // default matmul (float32 accumulation through Eigen). Exit status 1 when a model misses any
 // output, so scripts can use it as a check.
 #include "mma_capture.hpp"
+#include "tensor_core_public.hpp"
 
 #include <scalify/scalify.hpp>
 
@@ -90,6 +93,32 @@ mma_capture::gemm_match exact_baseline(const mma_capture::gemm_record& r)
     return exact_baseline_as<float8_e5m2, float8_e5m2>(r);
 }
 
+/// Lines of a packed public set whose D is the correctly rounded (nearest even) float32 of the
+/// sum, computed in double (exact for these formats and K; C = 0 where the set was captured so).
+template <class T>
+tally correctly_rounded_as(const tensor_core_public::vector_set& s)
+{
+    tally t;
+    for (std::size_t i = 0; i < s.lines; ++i) {
+        double sum = s.zero_c() ? 0.0 : static_cast<double>(std::bit_cast<float>(s.word(i, 0)));
+        for (std::size_t p = 0; p < s.k; ++p) {
+            sum += static_cast<double>(static_cast<float>(tensor_core_public::from_code<T>(s.code(i, 0, p)))) *
+                   static_cast<double>(static_cast<float>(tensor_core_public::from_code<T>(s.code(i, 1, p))));
+        }
+        t.add(std::bit_cast<std::uint32_t>(static_cast<float>(sum)) == s.word(i, 1));
+    }
+    return t;
+}
+
+tally correctly_rounded(const tensor_core_public::vector_set& s)
+{
+    using namespace scalify;
+    if (s.format == "fp16") return correctly_rounded_as<Eigen::half>(s);
+    if (s.format == "bf16") return correctly_rounded_as<Eigen::bfloat16>(s);
+    if (s.format == "E4M3") return correctly_rounded_as<float8_e4m3fn>(s);
+    return correctly_rounded_as<float8_e5m2>(s);
+}
+
 bool is_record_file(const std::string& path)
 {
     const auto slash = path.find_last_of('/');
@@ -102,14 +131,23 @@ int main(int argc, char** argv)
 {
     if (argc < 2) {
         std::fprintf(stderr, "usage: tensor_core_match FILE...  (tile files wgmma_*.bin, mma_*.bin, probe_*.bin; "
-                             "cuBLASLt record files gemm_*.bin)\n");
+                             "cuBLASLt record files gemm_*.bin; packed public sets <GPU>_<format>_fp32.bin)\n");
         return 2;
     }
     bool all_match = true;
     try {
         for (int i = 1; i < argc; ++i) {
             const std::string path = argv[i];
-            if (is_record_file(path)) {
+            if (tensor_core_public::is_packed_set(path)) {
+                const auto set = tensor_core_public::read_set_file(path);
+                const auto model = tensor_core_public::match_unit(set);
+                const tally model_tally{model.lines, model.equal};
+                fmt::print("{} ({} {}, {} lines of K = {}{})\n  {:>28} | {:>28}\n  {:>28} | {:>28}\n", path, set.gpu,
+                           set.format, set.lines, set.k, set.zero_c() ? ", C = 0" : "", "dot<" + model.model + ">",
+                           "double sum, rounded to float32", rate(model_tally), rate(correctly_rounded(set)));
+                if (!model.first_miss.empty()) fmt::print("  first miss: {}\n", model.first_miss);
+                all_match = all_match && model.equal == model.lines;
+            } else if (is_record_file(path)) {
                 // Per distribution and K: D0 vs h100_cublaslt_fp8, D1 vs h100_cublaslt_fp8_fast.
                 fmt::print("{}\n  {:<32} {:>28} {:>28} | {:>28} {:>28}\n", path, "record (a x b, K, dist)",
                            "D0 = gemm<h100_cublaslt_fp8>", "D1 = gemm<..._fast>", "D0 = exact float32", "D1 = exact float32");

@@ -5,6 +5,8 @@
 // hand-made cases; each unit's GEMM chain against loops of its instruction.
 #include <scalify/scalify.hpp>
 
+#include "../support/tensor_core_public.hpp"
+
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -28,111 +30,33 @@ namespace tc_public {
 
 using namespace scalify;
 namespace tc = scalify::tensor_core;
-
-/// One packed set (tools/pack_tensor_core_public.py): a 256-byte header of key=value words, then
-/// per line K codes of a, K codes of b, C and D (float32 bit patterns, little-endian).
-struct vector_set {
-    std::string gpu, format;
-    std::size_t k = 0, elem_bytes = 0, lines = 0, record_bytes = 0;
-    std::vector<std::uint8_t> bytes;  // the records, header removed
-
-    [[nodiscard]] const std::uint8_t* record(std::size_t i) const { return bytes.data() + i * record_bytes; }
-    [[nodiscard]] unsigned code(std::size_t i, std::size_t operand, std::size_t kk) const
-    {
-        const std::uint8_t* p = record(i) + (operand * k + kk) * elem_bytes;
-        return elem_bytes == 1 ? p[0] : static_cast<unsigned>(p[0] | p[1] << 8);
-    }
-    [[nodiscard]] std::uint32_t word(std::size_t i, std::size_t which) const  // 0: C, 1: D
-    {
-        std::uint32_t v;
-        std::memcpy(&v, record(i) + 2 * k * elem_bytes + 4 * which, 4);
-        return v;
-    }
-};
+using tensor_core_public::from_code;
+using tensor_core_public::match;
+using tensor_core_public::match_result;
+using tensor_core_public::vector_set;
 
 inline vector_set read_set(const std::string& gpu, const std::string& format)
 {
-    const std::string path =
-        std::string(SCALIFY_TEST_DATA_DIR) + "/tensor_core_public/" + gpu + "/" + format + "/" + gpu + "_" + format + "_fp32.bin";
-    std::ifstream in(path, std::ios::binary);
-    if (!in) throw std::runtime_error("cannot open " + path);
-    std::vector<std::uint8_t> bytes{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-    if (bytes.size() < 256) throw std::runtime_error(path + ": no header");
-    std::map<std::string, std::string> keys;
-    std::istringstream words(std::string(bytes.begin(), bytes.begin() + 256));
-    std::string word;
-    while (words >> word) {
-        const auto eq = word.find('=');
-        if (eq != std::string::npos) keys[word.substr(0, eq)] = word.substr(eq + 1);
-    }
-    vector_set s;
-    s.gpu = keys.at("gpu");
-    s.format = keys.at("format");
-    s.k = std::stoul(keys.at("K"));
-    s.elem_bytes = std::stoul(keys.at("elem_bytes"));
-    s.lines = std::stoul(keys.at("lines"));
-    s.record_bytes = std::stoul(keys.at("record_bytes"));
-    if (s.gpu != gpu || s.format != format || s.record_bytes != 2 * s.k * s.elem_bytes + 8 ||
-        bytes.size() != 256 + s.lines * s.record_bytes) {
-        throw std::runtime_error(path + ": header and size disagree");
-    }
-    s.bytes.assign(bytes.begin() + 256, bytes.end());
+    const vector_set s = tensor_core_public::read_set_file(std::string(SCALIFY_TEST_DATA_DIR) + "/tensor_core_public/" +
+                                                           gpu + "/" + format + "/" + gpu + "_" + format + "_fp32.bin");
+    REQUIRE(s.gpu == gpu);
+    REQUIRE(s.format == format);
     return s;
 }
 
-template <class T>
-T from_code(unsigned code)
-{
-    using storage = typename float_traits<T>::format::storage_type;
-    return std::bit_cast<T>(static_cast<storage>(code));
-}
-
-struct match_result {
-    std::size_t equal = 0, lines = 0;
-    std::string first_miss;  // the first mismatching line, described
-};
-
-/// Every line of a set through Model: the line's K products in blocks of Model::k, each block's
-/// result the next one's accumulator, starting from the line's C (or 0 where zero_c: the H100 and
-/// H200 fp8 sets were captured with C = 0 whatever their c file says).
+/// Every line of the set through Model (C = 0 for the H100 and H200 fp8 sets, as captured), bit
+/// for bit; on failure the count of mismatches and the first one.
 template <tc::InnerProductModel Model, class T>
-match_result match(const vector_set& s, bool zero_c = false)
-{
-    REQUIRE(s.k % Model::k == 0);
-    match_result r;
-    r.lines = s.lines;
-    std::vector<T> a(s.k), b(s.k);
-    for (std::size_t i = 0; i < s.lines; ++i) {
-        for (std::size_t kk = 0; kk < s.k; ++kk) {
-            a[kk] = from_code<T>(s.code(i, 0, kk));
-            b[kk] = from_code<T>(s.code(i, 1, kk));
-        }
-        float acc = zero_c ? 0.0f : std::bit_cast<float>(s.word(i, 0));
-        for (std::size_t first = 0; first < s.k; first += Model::k) {
-            acc = tc::dot<Model>(std::span<const T>(a).subspan(first, Model::k),
-                                 std::span<const T>(b).subspan(first, Model::k), acc);
-        }
-        const std::uint32_t got = std::bit_cast<std::uint32_t>(acc);
-        if (got == s.word(i, 1)) {
-            ++r.equal;
-        } else if (r.first_miss.empty()) {
-            std::ostringstream text;
-            text << "line " << i << ": model " << std::hex << got << ", GPU " << s.word(i, 1);
-            r.first_miss = text.str();
-        }
-    }
-    return r;
-}
-
-template <tc::InnerProductModel Model, class T>
-void check_all(const std::string& gpu, const std::string& format, bool zero_c = false)
+void check_all(const std::string& gpu, const std::string& format)
 {
     const vector_set s = read_set(gpu, format);
     CHECK(s.lines == 1250);
-    const match_result r = match<Model, T>(s, zero_c);
+    const match_result r = match<Model, T>(s, s.zero_c());
     INFO(Model::name << " on " << gpu << " " << format << ": " << r.lines - r.equal << " of " << r.lines
                      << " vectors differ; first: " << r.first_miss);
     CHECK(r.equal == r.lines);
+    // The unit match_unit picks for the set (what tensor_core_match runs) is this model.
+    CHECK(tensor_core_public::match_unit(s).model == std::string(Model::name));
 }
 
 inline std::uint32_t bits_of(float x) { return std::bit_cast<std::uint32_t>(x); }
@@ -168,12 +92,12 @@ TEST_CASE("the NVIDIA unit models reproduce every vendored public vector", "[ten
     {
         check_all<tc::h100_hmma, half>("H100", "fp16");
         check_all<tc::h100_hmma, bf16>("H100", "bf16");
-        check_all<tc::h100_qgmma, float8_e4m3fn>("H100", "E4M3", true);
-        check_all<tc::h100_qgmma, float8_e5m2>("H100", "E5M2", true);
+        check_all<tc::h100_qgmma, float8_e4m3fn>("H100", "E4M3");
+        check_all<tc::h100_qgmma, float8_e5m2>("H100", "E5M2");
         check_all<tc::h200_hmma, half>("H200", "fp16");
         check_all<tc::h200_hmma, bf16>("H200", "bf16");
-        check_all<tc::h200_qgmma, float8_e4m3fn>("H200", "E4M3", true);
-        check_all<tc::h200_qgmma, float8_e5m2>("H200", "E5M2", true);
+        check_all<tc::h200_qgmma, float8_e4m3fn>("H200", "E4M3");
+        check_all<tc::h200_qgmma, float8_e5m2>("H200", "E5M2");
     }
     SECTION("B200")
     {
@@ -211,16 +135,16 @@ TEST_CASE("the B200 fp8 capture: the published rules it rejects, the bound on F"
     const vector_set e4m3 = read_set("B200", "E4M3");
     const vector_set e5m2 = read_set("B200", "E5M2");
     // The counts docs/tensor_core.md quotes.
-    CHECK(match<mmasim_tcgen05_f8, float8_e4m3fn>(e4m3).equal == 804);
-    CHECK(match<mmasim_tcgen05_f8, float8_e5m2>(e5m2).equal == 813);
-    CHECK(match<b200_f25_nearest, float8_e4m3fn>(e4m3).equal == 1175);
-    CHECK(match<b200_f25_nearest, float8_e5m2>(e5m2).equal == 1168);
-    CHECK(match<b200_nearest_f<29>, float8_e4m3fn>(e4m3).equal == 1250);
-    CHECK(match<b200_nearest_f<29>, float8_e5m2>(e5m2).equal == 1249);
-    CHECK(match<b200_nearest_f<30>, float8_e5m2>(e5m2).equal == 1250);
+    CHECK(match<mmasim_tcgen05_f8, float8_e4m3fn>(e4m3, false).equal == 804);
+    CHECK(match<mmasim_tcgen05_f8, float8_e5m2>(e5m2, false).equal == 813);
+    CHECK(match<b200_f25_nearest, float8_e4m3fn>(e4m3, false).equal == 1175);
+    CHECK(match<b200_f25_nearest, float8_e5m2>(e5m2, false).equal == 1168);
+    CHECK(match<b200_nearest_f<29>, float8_e4m3fn>(e4m3, false).equal == 1250);
+    CHECK(match<b200_nearest_f<29>, float8_e5m2>(e5m2, false).equal == 1249);
+    CHECK(match<b200_nearest_f<30>, float8_e5m2>(e5m2, false).equal == 1250);
     // Ada's fp8 unit takes 16 products per block: one block of 32 misses.
-    CHECK(match<ada_qmma_unsplit, float8_e4m3fn>(read_set("L40S", "E4M3")).equal == 981);
-    CHECK(match<ada_qmma_unsplit, float8_e5m2>(read_set("L40S", "E5M2")).equal == 1089);
+    CHECK(match<ada_qmma_unsplit, float8_e4m3fn>(read_set("L40S", "E4M3"), false).equal == 981);
+    CHECK(match<ada_qmma_unsplit, float8_e5m2>(read_set("L40S", "E5M2"), false).equal == 1089);
 }
 
 TEST_CASE("b200_qmma rounds to nearest even; the cut-toward-zero units do not", "[tensor_core][public]")
