@@ -11,7 +11,8 @@ are not); each operand is stored as its code in its own format, after checking t
 decodes to exactly the float32 value of the source line. Output, per set,
 <GPU>/<format>/<GPU>_<format>_fp32.bin: a 256-byte ASCII header of key=value words, then one record
 per source line: K codes of a, K codes of b (uint8 for fp8, little-endian uint16 for fp16/bf16),
-C and D as little-endian float32 bit patterns. The LICENCE file is copied beside them.
+C and D as little-endian float32 bit patterns. A NaN operand is stored as the format's canonical
+NaN code, an infinite one as its infinity. The LICENCE file is copied beside them.
 """
 import os
 import shutil
@@ -47,11 +48,23 @@ FP8_CODES = {fmt: {decode(c, fmt): c for c in range(1, 0x80)
              for fmt in ('E4M3', 'E5M2')}
 
 
+# Non-finite operands: the format's infinity (none in E4M3) and its canonical NaN (a float32 NaN
+# operand carries no payload the tensor core reads).
+INF_CODES = {'fp16': 0x7c00, 'bf16': 0x7f80, 'E5M2': 0x7c}
+NAN_CODES = {'fp16': 0x7e00, 'bf16': 0x7fc0, 'E4M3': 0x7f, 'E5M2': 0x7e}
+
+
 def encode(bits, fmt):
-    """The code of fmt whose value is the float32 with these bits; raises unless exact and finite."""
+    """The code of fmt whose value is the float32 with these bits; raises unless exact."""
     e, m, bias, nbytes = FORMATS[fmt]
     x = f32(bits)
     sign = bits >> 31
+    if x != x:
+        return NAN_CODES[fmt]
+    if x in (float('inf'), float('-inf')):
+        if fmt not in INF_CODES:
+            raise ValueError(f'{bits:08x}: {fmt} has no infinity')
+        return INF_CODES[fmt] | sign << (e + m)
     if x == 0.0:
         return sign << (e + m)
     if fmt == 'bf16':
