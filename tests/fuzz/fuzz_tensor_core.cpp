@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <concepts>
 #include <cstdlib>
+#include <algorithm>
 #include <limits>
 #include <span>
 #include <vector>
@@ -85,6 +86,11 @@ void check_dot(reader& in)
     bool minus = c == -inf;
     double exact = std::isfinite(c) ? static_cast<double>(c) : 0.0;
     double largest = std::isfinite(c) ? std::abs(static_cast<double>(c)) : 0.0;
+    // The alignment exponent is taken from nominal exponents: a subnormal operand counts at its
+    // format's smallest normal exponent, so a product of subnormals can sit far below 2^emax
+    // (found by the fuzzer: f16 subnormals under h100_hmma). emax bounds the cuts.
+    const auto nominal = [](double v, int min_exponent) { return std::max(std::ilogb(v), min_exponent); };
+    int emax = std::isfinite(c) && c != 0.0f ? std::ilogb(c) : std::numeric_limits<int>::min();
     for (std::size_t i = 0; i < K; ++i) {
         const double x = static_cast<float>(a[i]), y = static_cast<float>(b[i]);
         if (std::isnan(x) || std::isnan(y) || (std::isinf(x) && y == 0) || (std::isinf(y) && x == 0)) nan = true;
@@ -93,6 +99,10 @@ void check_dot(reader& in)
         else {
             exact += x * y;  // not exact in every case; the bound below has room for it
             largest = std::max(largest, std::abs(x * y));
+            if (x != 0 && y != 0) {
+                emax = std::max(emax, nominal(x, std::numeric_limits<TA>::min_exponent - 1) +
+                                          nominal(y, std::numeric_limits<TB>::min_exponent - 1) + 1);
+            }
         }
     }
     nan = nan || (plus && minus);
@@ -113,8 +123,8 @@ void check_dot(reader& in)
         if (std::abs(exact) < 0x1p127) fail("dot overflows only near 2^128");
         return;
     }
-    // emax <= floor(log2 largest) (products lie in [1, 4) * 2^nominal), each cut < 2^(emax - F).
-    const double unit = std::ldexp(1.0, std::ilogb(largest) - Model::alignment_bits);
+    // Each cut < 2^(emax - F), emax at most max(floor(log2 largest), the nominal emax above).
+    const double unit = std::ldexp(1.0, std::max(std::ilogb(largest), emax) - Model::alignment_bits);
     const double bound = static_cast<double>(K + 1) * unit + std::ldexp(std::abs(exact) + (K + 1) * unit, 1 - Model::result_bits) +
                          static_cast<double>(K + 1) * std::ldexp(largest, -52) + 0x1p-149;  // double's own sum error
     if (std::abs(static_cast<double>(d) - exact) > bound) fail("dot within its error bound of the exact sum");

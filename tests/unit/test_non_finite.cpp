@@ -16,12 +16,12 @@ namespace {
 constexpr float nan_value = std::numeric_limits<float>::quiet_NaN();
 constexpr float inf_value = std::numeric_limits<float>::infinity();
 
-/// 1000 N(0, stddev) values; the same draw for a seed.
-xt::xarray<float> draw(float stddev, unsigned seed = 21)
+/// n N(0, stddev) values; the same draw for a seed.
+xt::xarray<float> draw(float stddev, unsigned seed = 21, std::size_t n = 1000)
 {
     std::mt19937 rng(seed);
     std::normal_distribution<float> normal(0.0f, stddev);
-    xt::xarray<float> x = xt::xarray<float>::from_shape({1000});
+    xt::xarray<float> x = xt::xarray<float>::from_shape({n});
     for (auto& v : x) v = normal(rng);
     return x;
 }
@@ -111,7 +111,7 @@ TEST_CASE("non-finite: dynamic_abs scales from the finite amax; NaN and inf prop
     xt::xarray<float> spoiled_data = a_data;
     spoiled_data(0, 0) = nan_value;
     spoiled_data(1, 0) = inf_value;
-    const auto b = as_scaled_array<pow2_scale>(xt::xarray<float>(xt::reshape_view(draw(1.0f, 5), {25, 8})));
+    const auto b = as_scaled_array<pow2_scale>(xt::xarray<float>(xt::reshape_view(draw(1.0f, 5, 200), {25, 8})));
     const auto clean = matmul<dynamic_abs<float8_e4m3fn>, float8_e4m3fn>(a, b);
     const auto y = matmul<dynamic_abs<float8_e4m3fn>, float8_e4m3fn>(as_scaled_array<pow2_scale>(spoiled_data), b);
     // Row 0 is NaN, row 1 is +-inf or NaN (inf times b's signs, and inf - inf); the other rows
@@ -181,7 +181,7 @@ TEST_CASE("non-finite: the checked mode throws at the first op or scale decision
 {
     const auto bad = as_scaled_array<pow2_scale>(spoiled(draw(1.0f)));
     const auto good = as_scaled_array<pow2_scale>(draw(1.0f));
-    const auto b = as_scaled_array<pow2_scale>(xt::xarray<float>(xt::reshape_view(draw(1.0f, 5), {1000, 3})));
+    const auto b = as_scaled_array<pow2_scale>(xt::xarray<float>(xt::reshape_view(draw(1.0f, 5, 3000), {1000, 3})));
     CHECK_FALSE(checking_finite());
     {
         const check_finite_scope checked;
