@@ -2,7 +2,7 @@
 // OpenBLAS when libopenblas0-pthread is installed) on the GEMM shapes of one Fashion-MNIST
 // training step (784-512-512-10 MLP, batch 128): the three forward products, the two input
 // gradients (g . W^T) and the three weight gradients (X^T . g), transposes read in place as
-// scalify's matmul_vjp reads them. Issue 16 asks whether a BLAS under Eigen would pay; this answers
+// scalify's matmul_vjp reads them: would a BLAS under Eigen pay? This answers
 // it for the build flags this file is compiled with (CMake builds it twice: -march=native and
 // portable).
 //

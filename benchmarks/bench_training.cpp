@@ -5,7 +5,7 @@
 //                 3 weight gradients, 2 input gradients; 192.2 GFLOP per epoch) into preallocated
 //                 matrices, transposes as Eigen expressions: the floor for the modes below
 //   hand-fp32     the hand-written float32 trainer of commit 1140f31 (examples/fashion_mnist.cpp
-//                 then), copied below as the reference issue 14's overhead target is measured against
+//                 then), copied below as the reference the overhead ratio is measured against
 //   fp32 ...      the model written once (examples/fashion_mnist.hpp) through ad::value_and_grad,
 //                 in the example's modes fp32, fp16, bf16, fp8, fp8-current, fp8-unscaled, fp8-autoscale
 //                 (the default list: all but fp8-unscaled)
@@ -15,7 +15,7 @@
 // another process (benchmarks/pytorch_mlp.py). Modes run round-robin, --repeat times, so a burst
 // of load from elsewhere hits every mode alike; the table reports the minimum and the median of
 // the seconds, and "/hand-fp32" is the median over rounds of a mode's time over hand-fp32's in the
-// same round (issue 14's overhead ratio); "/PyTorch" divides the minimum by PyTorch's figure.
+// same round (the overhead ratio); "/PyTorch" divides the minimum by PyTorch's figure.
 //
 //   bench_training [--steps N] [--warmup N] [--repeat N] [--threads N] [--modes a,b,...]
 //                  [--pytorch-fp32 SECONDS | --pytorch-file FILE] [--reset-peak-rss] [--seed S] [--data DIR]

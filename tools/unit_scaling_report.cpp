@@ -1,6 +1,6 @@
 // Measures the data RMS of every op's output and gradient under unit_scaling for unit-normal
 // inputs, and of 16-layer relu / gelu MLPs and an e4m3fn residual stream layer by layer: after
-// issue 18's rules, before them (scalify's previous unit_scaling), and, for the ops, what
+// the current rules, before them (scalify's earlier unit_scaling), and, for the ops, what
 // Graphcore unit-scaling's rules give the same inputs. Writes, into OUT_DIR:
 //   unit_scaling_ops.md      the per-op table (docs/ops.md shows it)
 //   unit_scaling_chains.md   the chains' extremes over K = 256, 1024, 4096
@@ -34,7 +34,7 @@ constexpr double no_rule = std::numeric_limits<double>::quiet_NaN();
 
 // ---- the "before" rules ----------------------------------------------------------------------
 
-/// pow2 rounding before issue 18: the float sqrt(2) * 2^k compared against the exact midpoint,
+/// The earlier pow2 rounding: the float sqrt(2) * 2^k compared against the exact midpoint,
 /// so that tie rounded down.
 float previous_pow2_nearest(float s)
 {
@@ -42,7 +42,7 @@ float previous_pow2_nearest(float s)
     return static_cast<double>(s) >= static_cast<double>(down) * 1.4142135623730951 ? 2.0f * down : down;
 }
 
-/// scalify's unit_scaling before issue 18: sqrt(sa^2 + sb^2) for add/sub, the seed's rules for
+/// scalify's earlier unit_scaling: sqrt(sa^2 + sb^2) for add/sub, the seed's rules for
 /// every other op (natural scale, sqrt(K) for matmul and sums), pow2 ties rounded down.
 struct unit_scaling_before {
     static constexpr bool needs_amax = false;

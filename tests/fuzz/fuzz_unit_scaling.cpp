@@ -1,4 +1,4 @@
-// libFuzzer target: unit_scaling's rules and the ops and VJPs issue 18 added.
+// libFuzzer target: unit_scaling's scale rules over the ops and their VJPs.
 //  - Statistics: the fuzzer draws the seed, the op family, lengths (softmax L 8 ... 65,536),
 //    class counts (2 ... 100,000), batch sizes (8 ... 512), shapes, scales and one-element
 //    constants; unit-normal data must come out of every op and VJP at data RMS 0.7 ... 1.4
@@ -264,7 +264,7 @@ void cross_entropy(reader& in, std::mt19937& rng)
 /// 16 layers x <- act(x W) and back: forward and weight-gradient data RMS within [0.5, 2].
 void mlp_chain(reader& in, std::mt19937& rng)
 {
-    // K >= 256 (the issue's range): one weight matrix's gain fluctuates by ~1/sqrt(K) per layer,
+    // K >= 256 (the widths the rules are stated for): one weight matrix's gain fluctuates by ~1/sqrt(K) per layer,
     // a random walk that 16 layers of a K = 32 matrix would carry outside [0.5, 2] by itself.
     // A batch of 16+ rows: the weight gradient sums over the batch, and with 8 rows its RMS at one
     // layer is the product of a few rows' norms (0.48 at layer 13, batch 8: found by the fuzzer,

@@ -1,4 +1,4 @@
-// The ops of a transformer (issue 24): matmul over batch dimensions and 1-D operands,
+// The ops of a transformer: matmul over batch dimensions and 1-D operands,
 // layer_norm / rms_norm, embedding with its scatter-add gradient, causal_mask and attention.
 // Forward values against double references, gradients against central finite differences in
 // double, the scale rules, and the errors of bad input.
