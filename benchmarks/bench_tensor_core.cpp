@@ -1,6 +1,6 @@
 // Tensor-core models side by side with Eigen's float GEMM on the same shape, in one run:
 //   gemm<h100_cublaslt_fp8> / <h100_cublaslt_fp8_fast> on 256 x 1024 x 256 e4m3fn codes vs Eigen
-//   sgemm on float copies of the same values (the target: within 10x of the peer);
+//   sgemm on float copies of the same values (the target: within 10x of the peer);
 //   the HMMA chain on f16 and bf16; a unit the lanes do not cover, on the reference engine;
 //   scaled fp8 matmul with exact vs H100 accumulation at 512^3.
 // Both sides use the same threads: OpenMP where the build found it (OMP_NUM_THREADS sets the

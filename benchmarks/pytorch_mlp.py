@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""PyTorch peer of benchmarks/bench_training.cpp (issue 16): the same Fashion-MNIST MLP
+"""PyTorch peer of benchmarks/bench_training.cpp: the same Fashion-MNIST MLP
 (784-512-512-10 ReLU), data (Debian's dataset-fashion-mnist, gzip IDX, inputs / 255 as float32),
 initialisation (PyTorch's default nn.Linear), recipe (SGD lr 0.1, no momentum, batch 128, mean
 cross-entropy) and steps (468 per epoch), in float32 on the CPU with a fixed thread count.
