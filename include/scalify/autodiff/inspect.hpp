@@ -311,7 +311,7 @@ public:
                 const std::ptrdiff_t node = m_inputs_of[next++];
                 if (node < 0) m_ops[i].inputs.emplace_back("const");
                 else if (static_cast<std::size_t>(node) < names.size()) m_ops[i].inputs.push_back(names[static_cast<std::size_t>(node)]);
-                else m_ops[i].inputs.push_back("#" + std::to_string(node));
+                else m_ops[i].inputs.push_back(fmt::format("#{}", node));  // not "#" + string: GCC 12's -Wrestrict false positive at -O3
             }
         }
         return std::move(m_ops);
@@ -463,7 +463,7 @@ template <class Shape>
 {
     if (shape.empty()) return "scalar";
     std::string out;
-    for (std::size_t i = 0; i < shape.size(); ++i) out += (i ? "x" : "") + std::to_string(shape[i]);
+    for (std::size_t i = 0; i < shape.size(); ++i) fmt::format_to(std::back_inserter(out), "{}{}", i ? "x" : "", shape[i]);
     return out;
 }
 
