@@ -261,7 +261,8 @@ void cross_entropy(reader& in, std::mt19937& rng)
     }
 }
 
-/// 16 layers x <- act(x W) and back: forward and weight-gradient data RMS within [0.5, 2].
+/// 16 layers x <- act(x W) and back: forward data RMS, and the weight gradient's relative to its
+/// operands', within [0.5, 2].
 void mlp_chain(reader& in, std::mt19937& rng)
 {
     // K >= 256 (the widths the rules are stated for): one weight matrix's gain fluctuates by ~1/sqrt(K) per layer,
@@ -289,7 +290,11 @@ void mlp_chain(reader& in, std::mt19937& rng)
     for (int l = 15; l >= 0; --l) {
         const auto gh = use_gelu ? gelu_vjp<unit>(g, pre[l]) : relu_vjp<unit>(g, pre[l]);
         auto [gx, gw] = matmul_vjp<unit>(gh, inputs[l], weights[l]);
-        check_layer("MLP weight gradient", l, data_rms(gw));
+        // x^T gh at its rule's scale has data RMS ~ RMS(x) RMS(gh): the rule under test is the
+        // sqrt(batch) normalisation, so the check divides out the two operands' drifts, each a
+        // random walk of its own over the layers (their product reached 0.467 at layer 14 while
+        // each stayed inside [0.5, 2]: found by the fuzzer, input kept as mlp-drift-product).
+        check_layer("MLP weight gradient over RMS(x) RMS(gh)", l, data_rms(gw) / (data_rms(inputs[l]) * data_rms(gh)));
         g = std::move(gx);
     }
 }
