@@ -59,12 +59,7 @@ namespace detail {
 template <class U>
 [[nodiscard]] float finite_amax(const char* op, const U* x, std::size_t n)
 {
-    if (checking_finite()) (void)summarize_for_scale(op, x, n);
-    float amax = 0.0f;
-    for (std::size_t i = 0; i < n; ++i) {
-        const float m = std::abs(static_cast<float>(load(x[i])));
-        amax = m <= std::numeric_limits<float>::max() && m > amax ? m : amax;
-    }
+    const float amax = finite_amax_in<float>(op, x, n);  // in float, as the cast multiplies
     return static_cast<float>(dist::current_reducer().max(static_cast<double>(amax)));
 }
 

@@ -74,7 +74,7 @@ template <ScaledElement F, class T, ScalePolicy P>
         // The finite elements' amax (strategy/non_finite.hpp).
         double amax = 0.0;
         if (a.scale() != 0.0f) {
-            amax = scalify::detail::summarize_for_scale("matmul_precision_scope's cast", a.data().data(), a.size(), a.scale()).amax;
+            amax = scalify::detail::finite_amax_in<double>("matmul_precision_scope's cast", a.data().data(), a.size(), a.scale());
         }
         amax = dist::detail::global_data_amax(amax, double(a.scale()));
         if (a.scale() == 0.0f || !(amax > 0.0) || !std::isfinite(amax)) return 1.0f;
