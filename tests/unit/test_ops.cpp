@@ -3,7 +3,9 @@
 #include <scalify/scalify.hpp>
 
 #include <catch2/catch.hpp>
+#include <xtensor/xmanipulation.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <random>
@@ -185,6 +187,29 @@ TEST_CASE("unary ops equal the double computation", "[ops][numerics]")
             // log is exact in float then rounded to e4m3fn: absolute error scales with |log|.
             check_unary("log", log(abs(a)), [](double v) { return std::log(std::abs(v)); }, h);
         }
+    }
+}
+
+TEST_CASE("transpose equals xtensor's strided transpose for every permutation up to rank 5", "[ops][shape]")
+{
+    // Extents that leave partial 32-wide tiles, and unit axes.
+    const std::vector<std::size_t> extents{3, 1, 35, 2, 4};
+    for (std::size_t rank = 0; rank <= 5; ++rank) {
+        std::vector<std::size_t> shape(extents.begin(), extents.begin() + static_cast<std::ptrdiff_t>(rank));
+        if (rank == 2) shape = {37, 70};
+        xt::xarray<float> data = xt::xarray<float>::from_shape(shape);
+        for (std::size_t i = 0; i < data.size(); ++i) data.data()[i] = static_cast<float>(i);
+        const auto a = make_scaled_array<pow2_scale>(data, 4.0f);
+        std::vector<std::size_t> perm(rank);
+        for (std::size_t d = 0; d < rank; ++d) perm[d] = d;
+        do {
+            const auto t = transpose(a, perm);
+            const xt::xarray<float> expected = xt::transpose(data, perm);
+            INFO("shape " << shape_string(shape) << ", perm " << shape_string(perm));
+            CHECK(t.scale() == 4.0f);
+            CHECK(t.data() == expected);
+        } while (std::next_permutation(perm.begin(), perm.end()));
+        CHECK(transpose(a).data() == xt::xarray<float>(xt::transpose(data)));
     }
 }
 

@@ -71,8 +71,18 @@ struct causal_layout {
         queries = shape[shape.size() - 2];
         keys = shape[shape.size() - 1];
     }
-    /// PyTorch's is_causal alignment (top left): query i sees keys 0..i.
-    [[nodiscard]] bool masked(std::size_t i) const noexcept { return i % keys > (i / keys) % queries; }
+    /// PyTorch's is_causal alignment (top left): query i sees keys 0..i. f(first, last) is called
+    /// for each row's masked run [first, last) of flat indices, row by row (no division per
+    /// element: the index arithmetic was most of the mask's cost).
+    template <class F>
+    void for_each_masked_run(std::size_t size, F&& f) const
+    {
+        if (keys == 0 || queries == 0) return;
+        for (std::size_t row = 0, first = 0; first < size; ++row, first += keys) {
+            const std::size_t seen = std::min(keys, row % queries + 1);
+            if (seen < keys) f(first + seen, first + keys);
+        }
+    }
 };
 
 }  // namespace detail
@@ -135,12 +145,11 @@ template <class T, class P>
     const detail::causal_layout layout("causal_mask", scores.shape());
     const bool zero_scale = scores.scale() == 0.0f;
     xt::xarray<T> data = scores.data();
-    const T minus_infinity = -std::numeric_limits<T>::infinity();
     const T zero = detail::store<T>(compute_t<T>(0));
-    for (std::size_t i = 0; i < data.size(); ++i) {
-        if (layout.masked(i)) data.data()[i] = minus_infinity;
-        else if (zero_scale) data.data()[i] = zero;
-    }
+    if (zero_scale) std::fill_n(data.data(), data.size(), zero);
+    layout.for_each_masked_run(data.size(), [&data](std::size_t first, std::size_t last) {
+        std::fill(data.data() + first, data.data() + last, -std::numeric_limits<T>::infinity());
+    });
     return ScaledArray<T, P>(std::move(data), zero_scale ? 1.0f : scores.scale());
 }
 
@@ -151,9 +160,9 @@ template <class G, class P>
     const detail::causal_layout layout("causal_mask_vjp", g.shape());
     xt::xarray<G> data = g.data();
     const G zero = detail::store<G>(compute_t<G>(0));
-    for (std::size_t i = 0; i < data.size(); ++i) {
-        if (layout.masked(i)) data.data()[i] = zero;
-    }
+    layout.for_each_masked_run(data.size(), [&](std::size_t first, std::size_t last) {
+        std::fill(data.data() + first, data.data() + last, zero);
+    });
     return ScaledArray<G, P>(std::move(data), g.scale());
 }
 

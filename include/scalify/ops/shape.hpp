@@ -9,7 +9,6 @@
 #include <scalify/ops/result.hpp>
 
 #include <fmt/format.h>
-#include <xtensor/xmanipulation.hpp>
 #include <xtensor/xview.hpp>
 
 #include <algorithm>
@@ -22,25 +21,88 @@ namespace scalify {
 
 namespace detail {
 
-/// The transpose of a row-major 2-D array, copied tile by tile (both sides stay in cache; an
-/// element-wise strided assignment costs several times more).
+/// out[r * out_row + c] = in[r + c * in_col] for r < rows, c < cols, 32 x 32 tiles at a time:
+/// a transpose with both sides in cache (an element-wise strided walk costs several times more).
 template <class T>
-[[nodiscard]] xt::xarray<T> transposed_copy(const xt::xarray<T>& data)
+void transpose_tiles(const T* in, std::size_t in_col, T* out, std::size_t out_row, std::size_t rows, std::size_t cols)
 {
     constexpr std::size_t tile = 32;
-    const std::size_t rows = data.shape()[0], cols = data.shape()[1];
-    auto out = xt::xarray<T>::from_shape({cols, rows});
-    const T* in = data.data();
-    T* o = out.data();
     for (std::size_t r0 = 0; r0 < rows; r0 += tile) {
         const std::size_t r1 = std::min(rows, r0 + tile);
         for (std::size_t c0 = 0; c0 < cols; c0 += tile) {
             const std::size_t c1 = std::min(cols, c0 + tile);
             for (std::size_t r = r0; r < r1; ++r)
-                for (std::size_t c = c0; c < c1; ++c) o[c * rows + r] = in[r * cols + c];
+                for (std::size_t c = c0; c < c1; ++c) out[r * out_row + c] = in[r + c * in_col];
         }
     }
+}
+
+/// The transpose of a row-major 2-D array.
+template <class T>
+[[nodiscard]] xt::xarray<T> transposed_copy(const xt::xarray<T>& data)
+{
+    const std::size_t rows = data.shape()[0], cols = data.shape()[1];
+    auto out = xt::xarray<T>::from_shape({cols, rows});
+    transpose_tiles(data.data(), cols, out.data(), rows, cols, rows);
     return out;
+}
+
+/// A row-major array with its axes permuted (result axis i is input axis perm[i]), written in
+/// the result's order: runs of the axes both keep innermost are copied whole, and where the
+/// input's innermost axis moves, each (that axis, the result's innermost axis) plane is a tiled
+/// transpose. xtensor's generic strided assignment of xt::transpose walks one element at a time
+/// through an index stepper (12 % of a char_lm step on its head splits and k^T).
+template <class T>
+[[nodiscard]] xt::xarray<T> permuted_copy(const xt::xarray<T>& data, const std::vector<std::size_t>& perm)
+{
+    const std::size_t rank = perm.size();
+    std::vector<std::size_t> in_stride(rank, 1), shape(rank), out_stride(rank, 1);
+    for (std::size_t d = rank; d-- > 1;) in_stride[d - 1] = in_stride[d] * data.shape()[d];
+    for (std::size_t d = 0; d < rank; ++d) shape[d] = data.shape()[perm[d]];
+    for (std::size_t d = rank; d-- > 1;) out_stride[d - 1] = out_stride[d] * shape[d];
+    auto out = xt::xarray<T>::from_shape(shape);
+    if (out.size() == 0) return out;
+    if (rank == 0) {
+        out.data()[0] = data.data()[0];
+        return out;
+    }
+    // The innermost axes the permutation leaves in place form one contiguous run.
+    std::size_t kept = rank, run = 1;
+    while (kept > 0 && perm[kept - 1] == kept - 1) run *= shape[--kept];
+    // Otherwise the plane spanned by the result's innermost axis and the input's innermost axis.
+    std::size_t plane_axis = rank;
+    if (kept == rank) {
+        for (std::size_t d = 0; d < rank; ++d)
+            if (perm[d] == rank - 1) plane_axis = d;
+    }
+    // The odometer walks the result's other axes: those outside the run, or outside the plane.
+    const std::size_t walked = kept < rank ? kept : rank - 1;
+    std::vector<std::size_t> outer;
+    for (std::size_t d = 0; d < walked; ++d)
+        if (d != plane_axis) outer.push_back(d);
+    std::vector<std::size_t> index(outer.size(), 0);
+    std::size_t in_offset = 0, out_offset = 0;
+    const T* in = data.data();
+    T* o = out.data();
+    for (;;) {
+        if (kept < rank) {
+            std::copy_n(in + in_offset, run, o + out_offset);
+        } else {
+            transpose_tiles(in + in_offset, in_stride[perm[rank - 1]], o + out_offset, out_stride[plane_axis],
+                            shape[plane_axis], shape[rank - 1]);
+        }
+        std::size_t a = outer.size();
+        for (; a > 0; --a) {
+            const std::size_t d = outer[a - 1];
+            in_offset += in_stride[perm[d]];
+            out_offset += out_stride[d];
+            if (++index[a - 1] < shape[d]) break;
+            in_offset -= in_stride[perm[d]] * shape[d];
+            out_offset -= out_stride[d] * shape[d];
+            index[a - 1] = 0;
+        }
+        if (a == 0) return out;
+    }
 }
 
 }  // namespace detail
@@ -50,7 +112,9 @@ template <class T, class P>
 [[nodiscard]] ScaledArray<T, P> transpose(const ScaledArray<T, P>& a)
 {
     if (a.dimension() == 2) return ScaledArray<T, P>(detail::transposed_copy(a.data()), a.scale());
-    return ScaledArray<T, P>(xt::xarray<T>(xt::transpose(a.data())), a.scale());
+    std::vector<std::size_t> reversed(a.dimension());
+    for (std::size_t d = 0; d < reversed.size(); ++d) reversed[d] = reversed.size() - 1 - d;
+    return ScaledArray<T, P>(detail::permuted_copy(a.data(), reversed), a.scale());
 }
 
 /// Axes permuted: result axis i is input axis perm[i]. shape_error unless perm is a permutation.
@@ -69,7 +133,7 @@ template <class T, class P>
         SCALIFY_THROW(shape_error(fmt::format("transpose: {} is not a permutation of the axes of shape {}",
                                               shape_string(perm), shape_string(a.shape()))));
     }
-    return ScaledArray<T, P>(xt::xarray<T>(xt::transpose(a.data(), perm)), a.scale());
+    return ScaledArray<T, P>(detail::permuted_copy(a.data(), perm), a.scale());
 }
 
 /// Same elements in row-major order under a new shape of the same size (shape_error otherwise).
