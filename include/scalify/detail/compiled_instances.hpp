@@ -21,7 +21,11 @@
     X(KIND, scalify::tensor_core::ada_hmma_chain)         \
     X(KIND, scalify::tensor_core::ada_qmma_chain)         \
     X(KIND, scalify::tensor_core::b200_hmma_chain)        \
-    X(KIND, scalify::tensor_core::b200_qmma_chain)
+    X(KIND, scalify::tensor_core::b200_qmma_chain)        \
+    X(KIND, scalify::tensor_core::a100_tf32_chain)        \
+    X(KIND, scalify::tensor_core::ada_tf32_chain)         \
+    X(KIND, scalify::tensor_core::h100_tf32_chain)        \
+    X(KIND, scalify::tensor_core::b200_tf32_chain)
 
 /// KIND is `template` (the definitions, in src/compiled.cpp) or `extern template`.
 #define SCALIFY_TENSOR_CORE_INSTANCE(KIND, Model)                                                                   \

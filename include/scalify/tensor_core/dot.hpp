@@ -18,6 +18,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <bit>
 #include <concepts>
 #include <cstddef>
@@ -116,6 +117,64 @@ void read_operands(const void* data, std::size_t first, std::size_t count, std::
     for (std::size_t i = 0; i < count; ++i) out[i] = decompose(stored_as<T>(x[i * stride]));
 }
 
+/// A float32 operand as a tf32 unit reads it: the 10 leading mantissa bits, the rest dropped
+/// (truncate) or rounded to nearest even; tf32 has float32's exponent range, so a float32 subnormal
+/// is a tf32 subnormal with nominal exponent -126. NaN stays NaN (a payload in the dropped bits
+/// included), an infinity infinite.
+template <tf32_input Input>
+[[nodiscard]] constexpr operand decompose_tf32(float value) noexcept
+{
+    operand x;
+    std::uint32_t bits = std::bit_cast<std::uint32_t>(value);
+    x.negative = (bits >> 31) != 0;
+    std::uint32_t magnitude = bits & 0x7fffffffu;
+    if (magnitude > 0x7f800000u) {
+        x.what = operand::kind::nan;
+        return x;
+    }
+    if constexpr (Input == tf32_input::nearest_even) {
+        if (magnitude < 0x7f800000u) {
+            const std::uint32_t rest = magnitude & 0x1fffu;
+            const std::uint32_t kept = magnitude >> 13;
+            magnitude = (kept + ((rest > 0x1000u || (rest == 0x1000u && (kept & 1u) != 0)) ? 1u : 0u)) << 13;
+        }
+    } else {
+        magnitude &= ~std::uint32_t{0x1fffu};
+    }
+    const int field = static_cast<int>(magnitude >> 23);
+    const std::uint32_t mantissa = (magnitude >> 13) & 0x3ffu;
+    if (field == 0xff) {
+        x.what = operand::kind::infinite;  // a carry into the exponent under nearest_even included
+        return x;
+    }
+    if (magnitude == 0) return x;
+    x.significand = field != 0 ? (mantissa | 0x400u) : mantissa;
+    x.exponent = (field != 0 ? field : 1) - 127;
+    x.lsb = x.exponent - 10;
+    x.what = operand::kind::finite;
+    return x;
+}
+
+/// An operand of type T as a unit with operand set Operands reads it: float as tf32 for the tf32
+/// units, otherwise the value of its code.
+template <class Operands, class T>
+[[nodiscard]] constexpr operand decompose_operand(const T& x) noexcept
+{
+    if constexpr (reads_tf32<Operands>) {
+        static_assert(std::same_as<T, float>, "a tf32 unit reads float operands");
+        return decompose_tf32<Operands::input>(x);
+    } else {
+        return decompose(x);
+    }
+}
+
+template <tf32_input Input>
+void read_tf32_operands(const void* data, std::size_t first, std::size_t count, std::size_t stride, operand* out) noexcept
+{
+    const float* x = static_cast<const float*>(data) + first;
+    for (std::size_t i = 0; i < count; ++i) out[i] = decompose_tf32<Input>(x[i * stride]);
+}
+
 /// Operands of some element type, read through its reader.
 struct operand_source {
     const void* data;
@@ -131,6 +190,19 @@ template <EncodedFloat T>
 [[nodiscard]] operand_source operands_of(const T* data) noexcept
 {
     return {data, &read_operands<T>};
+}
+
+/// Operands of type T as a unit with operand set Operands reads them (operands_of, or the tf32
+/// reading of float data).
+template <class Operands, class T>
+[[nodiscard]] operand_source operands_for(const T* data) noexcept
+{
+    if constexpr (reads_tf32<Operands>) {
+        static_assert(std::same_as<T, float>, "a tf32 unit reads float operands");
+        return {data, &read_tf32_operands<Operands::input>};
+    } else {
+        return operands_of(data);
+    }
 }
 
 /// The float32 accumulator as an operand (its exponent is floor(log2 |c|), subnormals included).
@@ -153,8 +225,30 @@ template <EncodedFloat T>
     return x;
 }
 
+/// A float16 accumulator as an operand: its value's, floor(log2 |c|) (subnormals included, as
+/// for float32; MMA-Sim clamps a float16 subnormal's exponent to -14 instead, which the capture
+/// cannot tell apart).
+[[nodiscard]] inline operand decompose(Eigen::half c) noexcept { return decompose(static_cast<float>(c)); }
+
 /// NVIDIA's canonical float32 NaN.
 [[nodiscard]] inline float canonical_nan() noexcept { return std::bit_cast<float>(0x7fffffffu); }
+
+/// The canonical NaN of an accumulator type (float16: 0x7fff).
+template <class Accumulator>
+[[nodiscard]] inline Accumulator canonical_nan_of() noexcept
+{
+    if constexpr (std::same_as<Accumulator, float>) return canonical_nan();
+    else return std::bit_cast<Eigen::half>(std::uint16_t{0x7fff});
+}
+
+/// +inf or -inf of an accumulator type.
+template <class Accumulator>
+[[nodiscard]] inline Accumulator infinity_of(bool negative) noexcept
+{
+    constexpr float inf = std::numeric_limits<float>::infinity();
+    if constexpr (std::same_as<Accumulator, float>) return negative ? -inf : inf;
+    else return std::bit_cast<Eigen::half>(static_cast<std::uint16_t>(negative ? 0xfc00u : 0x7c00u));
+}
 
 /// magnitude * 2^-shift (shift >= 0) rounded as Rounding says; exact integers in, no overflow.
 template <rounding_mode Rounding>
@@ -201,6 +295,32 @@ template <rounding_mode Rounding>
     return std::bit_cast<float>(sign | static_cast<std::uint32_t>(units));
 }
 
+/// The float16 of (-1)^negative * magnitude * 2^exponent (exact integers in), rounded once as
+/// Rounding says to P significant bits, or to the subnormal grid (units of 2^-24) below float16's
+/// normal range; 2^16 and above gives inf (nearest even: what rounds to 65536 or more).
+template <rounding_mode Rounding, int P>
+[[nodiscard]] inline Eigen::half to_float16(std::uint64_t magnitude, int exponent, bool negative) noexcept
+{
+    const std::uint16_t sign = negative ? 0x8000u : 0u;
+    const int top = exponent + std::bit_width(magnitude) - 1;
+    const int quantum = std::max(top - (P - 1), -24);  // the last place kept
+    if (quantum > exponent) {
+        magnitude = shift_right<Rounding>(magnitude, quantum - exponent);
+        exponent = quantum;
+    }
+    if (magnitude == 0) return std::bit_cast<Eigen::half>(sign);
+    const int width = std::bit_width(magnitude);
+    const int rounded_top = exponent + width - 1;
+    if (rounded_top >= 16) return std::bit_cast<Eigen::half>(static_cast<std::uint16_t>(sign | 0x7c00u));
+    if (rounded_top < -14) {  // subnormal: units of 2^-24, exponent >= -24
+        return std::bit_cast<Eigen::half>(static_cast<std::uint16_t>(sign | (magnitude << (exponent + 24))));
+    }
+    const std::uint64_t significand = width >= 11 ? magnitude >> (width - 11) : magnitude << (11 - width);
+    const auto field = static_cast<std::uint16_t>(rounded_top + 15);
+    return std::bit_cast<Eigen::half>(
+        static_cast<std::uint16_t>(sign | field << 10 | (static_cast<std::uint16_t>(significand) & 0x3ffu)));
+}
+
 /// The bound the alignment needs: |each term| < 2^(F + 2) units, K + 1 of them.
 template <InnerProductModel Model>
 inline constexpr int sum_bits = Model::alignment_bits + 2 + std::bit_width(Model::k + 1);
@@ -211,9 +331,11 @@ inline constexpr int sum_bits = Model::alignment_bits + 2 + std::bit_width(Model
 /// n <= Model::k. The GEMMs read decomposed arrays (one body per model); dot decomposes as it
 /// goes.
 template <InnerProductModel Model, class ReadA, class ReadB>
-[[nodiscard]] float inner_product_of(const ReadA& a, const ReadB& b, std::size_t n, float c) noexcept
+[[nodiscard]] typename Model::accumulator inner_product_of(const ReadA& a, const ReadB& b, std::size_t n,
+                                                           typename Model::accumulator c) noexcept
 {
     using rules = typename Model::rules;
+    using accumulator = typename Model::accumulator;
     constexpr int F = Model::alignment_bits;
     constexpr int P = Model::result_bits;
     static_assert(sum_bits<Model> <= 62, "F and K too large for the 64-bit exact sum");
@@ -258,14 +380,13 @@ template <InnerProductModel Model, class ReadA, class ReadB>
         emax = t.exponent > emax ? t.exponent : emax;
         terms[count++] = t;
     }
-    if (nan || (plus_inf && minus_inf)) return canonical_nan();
-    if (plus_inf) return std::numeric_limits<float>::infinity();
-    if (minus_inf) return -std::numeric_limits<float>::infinity();
+    if (nan || (plus_inf && minus_inf)) return canonical_nan_of<accumulator>();
+    if (plus_inf || minus_inf) return infinity_of<accumulator>(minus_inf);
     if (acc.what == operand::kind::finite) {
         terms[count++] = term{acc.significand, acc.lsb, acc.exponent, acc.negative};
         emax = acc.exponent > emax ? acc.exponent : emax;
     }
-    if (count == 0) return 0.0f;  // no nonzero term: +0
+    if (count == 0) return accumulator(0.0f);  // no nonzero term: +0
 
     // Align to units of 2^(emax - F), each term cut on its own, then one exact sum.
     const int unit = emax - F;
@@ -276,23 +397,29 @@ template <InnerProductModel Model, class ReadA, class ReadB>
                                                  : shift_right<rules::alignment>(terms[i].significand, -shift);
         sum += terms[i].negative ? -static_cast<std::int64_t>(aligned) : static_cast<std::int64_t>(aligned);
     }
-    if (sum == 0) return 0.0f;  // an exact zero sum is +0
+    if (sum == 0) return accumulator(0.0f);  // an exact zero sum is +0
 
     // Normalise: cut to P significant bits.
     const bool negative = sum < 0;
     std::uint64_t magnitude = negative ? 0 - static_cast<std::uint64_t>(sum) : static_cast<std::uint64_t>(sum);
     int exponent = unit;
-    const int excess = std::bit_width(magnitude) - P;
-    if (excess > 0) {
-        magnitude = shift_right<rules::normalisation>(magnitude, excess);
-        exponent += excess;
+    if constexpr (std::same_as<accumulator, Eigen::half>) {
+        // One rounding to the float16 grid (P bits, or units of 2^-24 below the normal range).
+        return to_float16<rules::normalisation, P>(magnitude, exponent, negative);
+    } else {
+        const int excess = std::bit_width(magnitude) - P;
+        if (excess > 0) {
+            magnitude = shift_right<rules::normalisation>(magnitude, excess);
+            exponent += excess;
+        }
+        return to_float32<rules::normalisation>(magnitude, exponent, negative);
     }
-    return to_float32<rules::normalisation>(magnitude, exponent, negative);
 }
 
 /// inner_product_of over decomposed operands.
 template <InnerProductModel Model>
-[[nodiscard]] float inner_product(const operand* a, const operand* b, std::size_t n, float c) noexcept
+[[nodiscard]] typename Model::accumulator inner_product(const operand* a, const operand* b, std::size_t n,
+                                                        typename Model::accumulator c) noexcept
 {
     return inner_product_of<Model>([a](std::size_t i) { return a[i]; }, [b](std::size_t i) { return b[i]; }, n, c);
 }
@@ -305,27 +432,31 @@ inline constexpr bool is_const_span<std::span<const T, E>> = true;
 }  // namespace detail
 
 /// One instruction's result for one output: c + sum_k a[k]*b[k] as Model's unit computes it, bit
-/// for bit. shape_error unless a and b both hold Model::k elements.
+/// for bit. shape_error unless a and b both hold Model::k elements. C and the result are float, or
+/// Eigen::half for the float16-accumulator models (*_f16acc).
 template <InnerProductModel Model, class TA, class TB>
-[[nodiscard]] float dot(std::span<const TA> a, std::span<const TB> b, float c)
+[[nodiscard]] typename Model::accumulator dot(std::span<const TA> a, std::span<const TB> b, typename Model::accumulator c)
 {
     static_assert(Model::template takes<TA, TB>,
                   "this tensor-core model does not take these operand types (the fp8 units, h100_qgmma, "
                   "ada_qmma, b200_qmma: float8_e4m3fn/float8_e5m2 in any pair; the HMMA units: Eigen::half x "
-                  "Eigen::half or Eigen::bfloat16 x Eigen::bfloat16, v100_hmma Eigen::half only)");
+                  "Eigen::half or Eigen::bfloat16 x Eigen::bfloat16, v100_hmma and the *_hmma_f16acc units "
+                  "Eigen::half only; the tf32 units: float x float)");
     if (a.size() != Model::k || b.size() != Model::k) {
         SCALIFY_THROW(shape_error(fmt::format("tensor_core::dot<{}>: spans of {} and {} elements; the instruction "
                                               "takes K = {} of each",
                                               Model::name, a.size(), b.size(), Model::k)));
     }
-    return detail::inner_product_of<Model>([&a](std::size_t i) { return detail::decompose(a[i]); },
-                                           [&b](std::size_t i) { return detail::decompose(b[i]); }, Model::k, c);
+    using operands = typename Model::operands;
+    return detail::inner_product_of<Model>([&a](std::size_t i) { return detail::decompose_operand<operands>(a[i]); },
+                                           [&b](std::size_t i) { return detail::decompose_operand<operands>(b[i]); },
+                                           Model::k, c);
 }
 
 /// dot over any contiguous ranges (std::array, std::vector, ...): dot<Model>(a, b, c).
 template <InnerProductModel Model, std::ranges::contiguous_range RA, std::ranges::contiguous_range RB>
     requires(!detail::is_const_span<std::remove_cvref_t<RA>> || !detail::is_const_span<std::remove_cvref_t<RB>>)
-[[nodiscard]] float dot(const RA& a, const RB& b, float c)
+[[nodiscard]] typename Model::accumulator dot(const RA& a, const RB& b, typename Model::accumulator c)
 {
     using TA = std::ranges::range_value_t<RA>;
     using TB = std::ranges::range_value_t<RB>;

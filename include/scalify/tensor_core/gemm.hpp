@@ -516,10 +516,13 @@ void gemm_into(const TA* a, const TB* b, std::size_t m, std::size_t k, std::size
         std::fill_n(out, m * n, 0.0f);
         return;
     }
-    if constexpr (lane_fit<typename Model::instruction, TA, TB>::usable) {
-        if (gemm_lanes<Model>(a, b, m, k, n, out)) return;
+    using operands = typename Model::instruction::operands;
+    if constexpr (EncodedFloat<TA> && EncodedFloat<TB>) {  // not the tf32 units' float operands
+        if constexpr (lane_fit<typename Model::instruction, TA, TB>::usable) {
+            if (gemm_lanes<Model>(a, b, m, k, n, out)) return;
+        }
     }
-    gemm_reference<Model>(operands_of(a), operands_of(b), m, k, n, out);
+    gemm_reference<Model>(operands_for<operands>(a), operands_for<operands>(b), m, k, n, out);
 }
 
 /// gemm_into over float32 operands on the grids of TA and TB (a recipe's operands after their
@@ -533,14 +536,20 @@ void gemm_into_on_grid(const float* a, const float* b, std::size_t m, std::size_
         std::fill_n(out, m * n, 0.0f);
         return;
     }
-    using fit = lane_fit<typename Model::instruction, TA, TB>;
-    if constexpr (fit::usable) {
-        constexpr bool check_range = !fit::always_in_range;
-        if (gemm_lanes<Model>(gemm_operand_on_grid<TA, check_range>(a), gemm_operand_on_grid<TB, check_range>(b), check_range,
-                              m, k, n, out))
-            return;
+    if constexpr (reads_tf32<typename Model::instruction::operands>) {
+        // float32 operands, read as tf32 by the unit itself.
+        using operands = typename Model::instruction::operands;
+        gemm_reference<Model>(operands_for<operands>(a), operands_for<operands>(b), m, k, n, out);
+    } else {
+        using fit = lane_fit<typename Model::instruction, TA, TB>;
+        if constexpr (fit::usable) {
+            constexpr bool check_range = !fit::always_in_range;
+            if (gemm_lanes<Model>(gemm_operand_on_grid<TA, check_range>(a), gemm_operand_on_grid<TB, check_range>(b),
+                                  check_range, m, k, n, out))
+                return;
+        }
+        gemm_reference<Model>({a, &read_operands<TA, float>}, {b, &read_operands<TB, float>}, m, k, n, out);
     }
-    gemm_reference<Model>({a, &read_operands<TA, float>}, {b, &read_operands<TB, float>}, m, k, n, out);
 }
 
 template <GemmModel Model, class TA, class TB>
@@ -550,7 +559,7 @@ constexpr void check_operands() noexcept
                   "this GEMM model's instruction does not take these operand types (h100_cublaslt_fp8, "
                   "h100_cublaslt_fp8_fast, ada_qmma_chain, b200_qmma_chain: float8_e4m3fn/float8_e5m2 in any "
                   "pair; the HMMA chains: Eigen::half x Eigen::half or Eigen::bfloat16 x Eigen::bfloat16, "
-                  "v100_hmma_chain Eigen::half only)");
+                  "v100_hmma_chain Eigen::half only; the tf32 chains: float x float)");
 }
 
 }  // namespace detail
@@ -582,9 +591,10 @@ template <GemmModel Model, class TA, class TB>
         SCALIFY_THROW(shape_error(fmt::format("tensor_core::gemm_dot<{}>: vectors of {} and {} elements", Model::name,
                                               a.size(), b.size())));
     }
+    using operands = typename Model::instruction::operands;
     std::vector<detail::operand> x(a.size()), y(b.size());
-    detail::operands_of(a.data())(0, a.size(), 1, x.data());
-    detail::operands_of(b.data())(0, b.size(), 1, y.data());
+    detail::operands_for<operands>(a.data())(0, a.size(), 1, x.data());
+    detail::operands_for<operands>(b.data())(0, b.size(), 1, y.data());
     return detail::chain_reference<Model>(x.data(), y.data(), x.size());
 }
 

@@ -1,12 +1,13 @@
 #pragma once
 /// \file tensor_core/model.hpp
 /// Descriptions of tensor-core arithmetic: one template, inner_product_model<F, P, K, Operands,
-/// Rules>, describes what one matrix instruction computes for one output (the accumulator plus K
-/// products), and gemm_model<Instruction, PromotionInterval> how a GEMM strings instructions
-/// along K. The measured units are tags derived from them (the H100's h100_qgmma, h100_hmma,
-/// h100_cublaslt_fp8, h100_cublaslt_fp8_fast; v100_hmma, a100_hmma, ada_hmma, ada_qmma,
-/// b200_hmma, b200_qmma from public captures), closed by the concepts InnerProductModel and
-/// GemmModel. docs/tensor_core.md states the rules and how they were measured.
+/// Rules, Accumulator>, describes what one matrix instruction computes for one output (the
+/// accumulator plus K products), and gemm_model<Instruction, PromotionInterval> how a GEMM strings
+/// instructions along K. The measured units are tags derived from them (the H100's h100_qgmma,
+/// h100_hmma, h100_cublaslt_fp8, h100_cublaslt_fp8_fast; v100_hmma, a100_hmma, ada_hmma, ada_qmma,
+/// b200_hmma, b200_qmma, the tf32 units a100_tf32 to b200_tf32 and the float16-accumulator units
+/// *_f16acc from public captures), closed by the concepts InnerProductModel and GemmModel.
+/// docs/tensor_core.md states the rules and how they were measured.
 ///
 ///     struct my_unit : inner_product_model<10, 12, 64, any_pair_of<float8_e4m3fn>> {
 ///         static constexpr const char* name = "my_unit";
@@ -75,28 +76,68 @@ struct same_type_of {
     static constexpr bool contains = std::same_as<A, B> && detail::one_of<A, Ts...>;
 };
 
+/// How a tf32 unit reads a float32 operand (tf32: 1 sign, 8 exponent, 10 mantissa bits).
+enum class tf32_input {
+    truncate,     ///< the low 13 mantissa bits are dropped (MMA-Sim's truncate_to_tf32)
+    nearest_even  ///< rounded to the nearest tf32, ties to even (as cvt.rn.tf32.f32 would)
+};
+
+/// Operands: float x float, each read as a tf32 value as Input says (the tf32 units). A NaN
+/// stays NaN and an infinity infinite; a finite float may round to a tf32 infinity under
+/// nearest_even. The public captures hold tf32 values only (low 13 bits zero), on which both
+/// readings agree.
+template <tf32_input Input = tf32_input::truncate>
+struct tf32_operands {
+    static constexpr tf32_input input = Input;
+    template <class A, class B>
+    static constexpr bool contains = std::same_as<A, float> && std::same_as<B, float>;
+};
+
+namespace detail {
+template <class Operands>
+inline constexpr bool reads_tf32 = false;
+template <tf32_input Input>
+inline constexpr bool reads_tf32<tf32_operands<Input>> = true;
+
+/// What an accumulator type may be: float32 (every GEMM) or float16 (Eigen::half: the
+/// float16-accumulator instructions, one at a time through dot).
+template <class T>
+inline constexpr bool accumulator_type = std::same_as<T, float> || std::same_as<T, Eigen::half>;
+/// Significant bits of an accumulator type.
+template <class T>
+inline constexpr int accumulator_bits = std::same_as<T, float> ? 24 : 11;
+}  // namespace detail
+
 // ---------------------------------------------------------------------------------------------
 // One instruction
 
 /// One matrix instruction, as seen by one output: D = C + sum of K products a[k]*b[k].
-/// Every product is exact; the accumulator C (float32) and the products are aligned to the
-/// largest exponent emax among them, cut to a multiple of 2^(emax - F), summed exactly, and the
-/// sum is cut to P significant bits (Rules say how each cut rounds and which exponent a product
-/// has). Zero products and a zero C take no part in the alignment.
+/// Every product is exact; the accumulator C and the products are aligned to the largest
+/// exponent emax among them, cut to a multiple of 2^(emax - F), summed exactly, and the sum is
+/// cut to P significant bits (Rules say how each cut rounds and which exponent a product has) in
+/// the accumulator's format. Zero products and a zero C take no part in the alignment.
 /// \tparam AlignmentBits F: bits kept below emax
-/// \tparam ResultBits P: significant bits of the result (at most 24, the float32 result's)
+/// \tparam ResultBits P: significant bits of the result (at most the accumulator's: 24 for
+///         float32, 11 for float16)
 /// \tparam K products per instruction (and per call of dot)
-/// \tparam Operands an operand set (any_pair_of, same_type_of) naming the element types
-template <int AlignmentBits, int ResultBits, std::size_t K, class Operands, class Rules = h100_rules>
+/// \tparam Operands an operand set (any_pair_of, same_type_of, tf32_operands) naming the element
+///         types
+/// \tparam Accumulator C's and D's type: float (float32) or Eigen::half (float16; such a model
+///         runs through dot only, not in GEMMs)
+template <int AlignmentBits, int ResultBits, std::size_t K, class Operands, class Rules = h100_rules,
+          class Accumulator = float>
 struct inner_product_model {
+    static_assert(detail::accumulator_type<Accumulator>, "the accumulator is float (float32) or Eigen::half (float16)");
     static_assert(AlignmentBits >= 0 && AlignmentBits <= 40, "F (AlignmentBits) must lie in [0, 40]");
-    static_assert(ResultBits >= 1 && ResultBits <= 24, "P (ResultBits) must lie in [1, 24]: the result is a float32");
+    static_assert(ResultBits >= 1 && ResultBits <= detail::accumulator_bits<Accumulator>,
+                  "P (ResultBits) must lie in [1, 24] for a float32 result, [1, 11] for a float16 one");
     static_assert(K >= 1 && K <= 4096, "K must lie in [1, 4096]");
     static constexpr int alignment_bits = AlignmentBits;
     static constexpr int result_bits = ResultBits;
     static constexpr std::size_t k = K;
     using operands = Operands;
     using rules = Rules;
+    using accumulator = Accumulator;
     /// Whether the instruction multiplies an A of type TA by a B of type TB.
     template <class TA, class TB>
     static constexpr bool takes = Operands::template contains<TA, TB>;
@@ -105,7 +146,8 @@ struct inner_product_model {
 /// A tag describing one instruction: derived from inner_product_model, with a name.
 template <class M>
 concept InnerProductModel =
-    std::is_base_of_v<inner_product_model<M::alignment_bits, M::result_bits, M::k, typename M::operands, typename M::rules>,
+    std::is_base_of_v<inner_product_model<M::alignment_bits, M::result_bits, M::k, typename M::operands, typename M::rules,
+                                          typename M::accumulator>,
                       M> &&
     requires {
         { M::name } -> std::convertible_to<const char*>;
@@ -191,6 +233,76 @@ struct b200_qmma : inner_product_model<40, 24, 32, any_pair_of<float8_e4m3fn, fl
 };
 
 // ---------------------------------------------------------------------------------------------
+// tf32 units: float operands read as tf32 (1-8-10), float32 accumulator, every cut toward zero.
+// The capture's tf32 lines hold 4 products each, one block of the Ampere and Ada units; K of the
+// Hopper and Blackwell units (8) is the published models' (MMA-Sim: no split of m16n8k8 tf32 on
+// Hopper; the MATLAB H100TC.m and B200TC.m: fma 8), not something the capture can tell.
+
+/// A100 (Ampere: A100, A30, A2, RTX 30) tf32 `mma.sync.m16n8k8` (and wmma m16n16k8): blocks of
+/// K = 4 (two per m16n8k8), F = 24, P = 24, operands truncated to tf32. The A2's capture matches
+/// it on every vector.
+struct a100_tf32 : inner_product_model<24, 24, 4, tf32_operands<>> {
+    static constexpr const char* name = "a100_tf32";
+};
+using a2_tf32 = a100_tf32;
+
+/// Ada (RTX 40, RTX Ada, L40S) tf32: the A100's arithmetic, blocks of K = 4, F = 24, P = 24.
+struct ada_tf32 : inner_product_model<24, 24, 4, tf32_operands<>> {
+    static constexpr const char* name = "ada_tf32";
+};
+
+/// H100, H200 tf32 (`mma.sync.m16n8k8`, `wgmma` tf32): blocks of K = 8, F = 25, P = 24.
+struct h100_tf32 : inner_product_model<25, 24, 8, tf32_operands<>> {
+    static constexpr const char* name = "h100_tf32";
+};
+using h200_tf32 = h100_tf32;
+
+/// B200 (sm_100) tf32: the H100's rule, blocks of K = 8, F = 25, P = 24.
+struct b200_tf32 : inner_product_model<25, 24, 8, tf32_operands<>> {
+    static constexpr const char* name = "b200_tf32";
+};
+
+// ---------------------------------------------------------------------------------------------
+// float16 accumulators (`mma.sync ... .f16 ... .f16`, wmma with a half accumulator): C and D are
+// float16. The unit aligns and sums exactly as its float32 form (same F and K; C joins with its
+// float16 value) and rounds the exact sum once to the nearest float16, ties to even (subnormals
+// on the 2^-24 grid, overflow to inf): MMA-Sim's f16 output and the MATLAB models' frmode 'rne'.
+// A block's float16 result is the next block's C. bf16 and tf32 instructions have no float16
+// accumulator. dot<Model>(a, b, Eigen::half c) returns Eigen::half; GEMM chains take float32
+// accumulators only.
+
+/// V100 f16 HMMA with a float16 accumulator: K = 4, F = 23 (v100_hmma's), rounded to nearest.
+struct v100_hmma_f16acc : inner_product_model<23, 11, 4, same_type_of<Eigen::half>, nearest_result_rules, Eigen::half> {
+    static constexpr const char* name = "v100_hmma_f16acc";
+};
+/// A100 (A2, A30, RTX 30) f16 HMMA with a float16 accumulator: K = 8, F = 24.
+struct a100_hmma_f16acc : inner_product_model<24, 11, 8, same_type_of<Eigen::half>, nearest_result_rules, Eigen::half> {
+    static constexpr const char* name = "a100_hmma_f16acc";
+};
+using a2_hmma_f16acc = a100_hmma_f16acc;
+/// Ada (RTX 40, L40S) f16 HMMA with a float16 accumulator: K = 8, F = 24.
+struct ada_hmma_f16acc : inner_product_model<24, 11, 8, same_type_of<Eigen::half>, nearest_result_rules, Eigen::half> {
+    static constexpr const char* name = "ada_hmma_f16acc";
+};
+/// Ada `mma.sync.m16n8k32.f16.{e4m3,e5m2}.{e4m3,e5m2}.f16`: two blocks of K = 16, F = 13, each
+/// rounded to the nearest float16 (no 14-bit cut: the float32 form's P does not apply).
+struct ada_qmma_f16acc
+    : inner_product_model<13, 11, 16, any_pair_of<float8_e4m3fn, float8_e5m2>, nearest_result_rules, Eigen::half> {
+    static constexpr const char* name = "ada_qmma_f16acc";
+};
+/// H100, H200 f16 HMMA with a float16 accumulator: K = 16, F = 25.
+struct h100_hmma_f16acc : inner_product_model<25, 11, 16, same_type_of<Eigen::half>, nearest_result_rules, Eigen::half> {
+    static constexpr const char* name = "h100_hmma_f16acc";
+};
+using h200_hmma_f16acc = h100_hmma_f16acc;
+/// B200 f16 HMMA with a float16 accumulator: K = 16, F = 25.
+struct b200_hmma_f16acc : inner_product_model<25, 11, 16, same_type_of<Eigen::half>, nearest_result_rules, Eigen::half> {
+    static constexpr const char* name = "b200_hmma_f16acc";
+};
+// The fp8 units of the H100, H200 and B200 with a float16 accumulator have no model: no rule
+// tried reproduces their capture (docs/tensor_core.md, "What is not known to match").
+
+// ---------------------------------------------------------------------------------------------
 // A GEMM: instructions chained along K
 
 /// How a GEMM consumes K: Instruction::k at a time in increasing k, each instruction's result
@@ -200,6 +312,8 @@ struct b200_qmma : inner_product_model<40, 24, 32, any_pair_of<float8_e4m3fn, fl
 /// Instruction::k ends with a shorter instruction (zero padding: zero products take no part).
 template <InnerProductModel Instruction, std::size_t PromotionInterval>
 struct gemm_model {
+    static_assert(std::same_as<typename Instruction::accumulator, float>,
+                  "a GEMM chains float32 accumulators: float16-accumulator instructions run through dot only");
     using instruction = Instruction;
     static constexpr std::size_t promotion_interval = PromotionInterval;
 };
@@ -263,6 +377,22 @@ struct b200_hmma_chain : gemm_model<b200_hmma, 0> {
 /// rounded once to nearest even.
 struct b200_qmma_chain : gemm_model<b200_qmma, 0> {
     static constexpr const char* name = "b200_qmma_chain";
+};
+/// tf32 GEMM of float operands (read as tf32) on the A100's (A2's, RTX 30's) unit, one chain.
+struct a100_tf32_chain : gemm_model<a100_tf32, 0> {
+    static constexpr const char* name = "a100_tf32_chain";
+};
+/// tf32 GEMM on Ada's unit (RTX 40, L40S), one chain.
+struct ada_tf32_chain : gemm_model<ada_tf32, 0> {
+    static constexpr const char* name = "ada_tf32_chain";
+};
+/// tf32 GEMM on the H100's (H200's) unit, one chain.
+struct h100_tf32_chain : gemm_model<h100_tf32, 0> {
+    static constexpr const char* name = "h100_tf32_chain";
+};
+/// tf32 GEMM on the B200's unit, one chain.
+struct b200_tf32_chain : gemm_model<b200_tf32, 0> {
+    static constexpr const char* name = "b200_tf32_chain";
 };
 
 }  // namespace scalify::tensor_core
