@@ -298,3 +298,284 @@ TEST_CASE("the units' GEMM chains equal loops of their instruction", "[tensor_co
     }
     CHECK(bits_of(tc::gemm_dot<tc::ada_qmma_chain>(x, y)) == bits_of(acc));
 }
+
+// ---- tf32 operands and float16 accumulators --------------------------------------------------
+
+namespace tc_public {
+/// A packed set with a float32 (result "fp32") or float16 ("fp16") result; tf32 operands are
+/// stored as 4-byte float32 words.
+inline vector_set read_result_set(const std::string& gpu, const std::string& format, const std::string& result)
+{
+    const vector_set s = tensor_core_public::read_set_file(std::string(SCALIFY_TEST_DATA_DIR) + "/tensor_core_public/" +
+                                                           gpu + "/" + format + "/" + gpu + "_" + format + "_" + result +
+                                                           ".bin");
+    REQUIRE(s.gpu == gpu);
+    REQUIRE(s.format == format);
+    REQUIRE(s.lines == 1250);
+    REQUIRE(s.elem_bytes == (format == "tf32" ? 4u : format == "fp16" || format == "bf16" ? 2u : 1u));
+    return s;
+}
+
+/// Operand kk of line i (operand 0: a, 1: b) as T: a float32 word for float (tf32 sets), else a code.
+template <class T>
+T operand_of(const vector_set& s, std::size_t i, std::size_t operand, std::size_t kk)
+{
+    if constexpr (std::same_as<T, float>) {
+        std::uint32_t word;
+        std::memcpy(&word, s.record(i) + (operand * s.k + kk) * 4, 4);
+        return std::bit_cast<float>(word);
+    } else {
+        return from_code<T>(s.code(i, operand, kk));
+    }
+}
+
+/// Every line through Model's instruction, block after block (a short last block padded with
+/// zeros, which take no part), from the line's C as the accumulator type reads it (float16: C
+/// rounded to nearest even, as the capture's __float2half); the count of lines whose result
+/// equals D bit for bit (a float16 result compared as the float32 of its value).
+template <tc::InnerProductModel Model, class T>
+match_result match_lines(const vector_set& s)
+{
+    using acc_t = typename Model::accumulator;
+    match_result r;
+    r.model = Model::name;
+    r.lines = s.lines;
+    const std::size_t padded = (s.k + Model::k - 1) / Model::k * Model::k;
+    std::vector<T> a(padded, T(0.0f)), b(padded, T(0.0f));
+    for (std::size_t i = 0; i < s.lines; ++i) {
+        for (std::size_t kk = 0; kk < s.k; ++kk) {
+            a[kk] = operand_of<T>(s, i, 0, kk);
+            b[kk] = operand_of<T>(s, i, 1, kk);
+        }
+        acc_t acc = acc_t(std::bit_cast<float>(s.word(i, 0)));
+        for (std::size_t first = 0; first < padded; first += Model::k) {
+            acc = tc::dot<Model>(std::span<const T>(a).subspan(first, Model::k),
+                                 std::span<const T>(b).subspan(first, Model::k), acc);
+        }
+        const std::uint32_t got = bits_of(static_cast<float>(acc));
+        if (got == s.word(i, 1)) {
+            ++r.equal;
+        } else if (r.first_miss.empty()) {
+            std::ostringstream text;
+            text << "line " << i << ": model " << std::hex << got << ", GPU " << s.word(i, 1);
+            r.first_miss = text.str();
+        }
+    }
+    return r;
+}
+
+template <tc::InnerProductModel Model, class T>
+void check_lines(const std::string& gpu, const std::string& format, const std::string& result)
+{
+    const match_result r = match_lines<Model, T>(read_result_set(gpu, format, result));
+    INFO(Model::name << " on " << gpu << " " << format << " (" << result << " result): " << r.lines - r.equal << " of "
+                     << r.lines << " vectors differ; first: " << r.first_miss);
+    CHECK(r.equal == r.lines);
+}
+
+/// The tf32 units' rule with other F, P, K, rules or input reading: how tightly the capture pins them.
+template <int F, int P, std::size_t K, class Rules = tc::h100_rules, tc::tf32_input Input = tc::tf32_input::truncate>
+struct tf32_variant : tc::inner_product_model<F, P, K, tc::tf32_operands<Input>, Rules> {
+    static constexpr const char* name = "tf32_variant";
+};
+/// A float16-accumulator rule with other F, K or rules.
+template <int F, std::size_t K, class Operands, class Rules = tc::nearest_result_rules>
+struct f16acc_variant : tc::inner_product_model<F, 11, K, Operands, Rules, Eigen::half> {
+    static constexpr const char* name = "f16acc_variant";
+};
+using fp8_pairs = tc::any_pair_of<float8_e4m3fn, float8_e5m2>;
+
+/// The best rule found for the H100, H200 and B200 fp8 sets with a float16 accumulator (none
+/// reproduces them): the 32 products summed exactly and rounded to float16 on their own, then
+/// C (float16) added with one float16 rounding.
+template <class T>
+std::size_t products_then_c(const vector_set& s)
+{
+    using sum_unit = f16acc_variant<40, 32, fp8_pairs>;
+    std::size_t equal = 0;
+    std::vector<T> a(32), b(32);
+    for (std::size_t i = 0; i < s.lines; ++i) {
+        for (std::size_t kk = 0; kk < 32; ++kk) {
+            a[kk] = operand_of<T>(s, i, 0, kk);
+            b[kk] = operand_of<T>(s, i, 1, kk);
+        }
+        const Eigen::half products = tc::dot<sum_unit>(a, b, Eigen::half(0.0f));
+        const Eigen::half c(std::bit_cast<float>(s.word(i, 0)));
+        const Eigen::half d(static_cast<double>(static_cast<float>(products)) + static_cast<double>(static_cast<float>(c)));
+        equal += bits_of(static_cast<float>(d)) == s.word(i, 1) ? 1 : 0;
+    }
+    return equal;
+}
+}  // namespace tc_public
+
+TEST_CASE("the tf32 unit models reproduce every vendored public tf32 vector", "[tensor_core][public][tf32]")
+{
+    using namespace tc_public;
+    check_lines<tc::a100_tf32, float>("A100", "tf32", "fp32");
+    check_lines<tc::a2_tf32, float>("A2", "tf32", "fp32");
+    check_lines<tc::ada_tf32, float>("Ada", "tf32", "fp32");
+    check_lines<tc::ada_tf32, float>("L40S", "tf32", "fp32");
+    check_lines<tc::h100_tf32, float>("H100", "tf32", "fp32");
+    check_lines<tc::h200_tf32, float>("H200", "tf32", "fp32");
+    check_lines<tc::b200_tf32, float>("B200", "tf32", "fp32");
+}
+
+TEST_CASE("the float16-accumulator unit models reproduce every vendored public vector", "[tensor_core][public][f16acc]")
+{
+    using namespace tc_public;
+    using half = Eigen::half;
+    check_lines<tc::v100_hmma_f16acc, half>("V100", "fp16", "fp16");
+    check_lines<tc::a100_hmma_f16acc, half>("A100", "fp16", "fp16");
+    check_lines<tc::a2_hmma_f16acc, half>("A2", "fp16", "fp16");
+    check_lines<tc::ada_hmma_f16acc, half>("Ada", "fp16", "fp16");
+    check_lines<tc::ada_hmma_f16acc, half>("L40S", "fp16", "fp16");
+    check_lines<tc::ada_qmma_f16acc, float8_e4m3fn>("Ada", "E4M3", "fp16");
+    check_lines<tc::ada_qmma_f16acc, float8_e5m2>("Ada", "E5M2", "fp16");
+    check_lines<tc::h100_hmma_f16acc, half>("H100", "fp16", "fp16");
+    check_lines<tc::h200_hmma_f16acc, half>("H200", "fp16", "fp16");
+    check_lines<tc::b200_hmma_f16acc, half>("B200", "fp16", "fp16");
+}
+
+TEST_CASE("the tf32 and float16-accumulator captures pin F, K and the rounding", "[tensor_core][public][tf32][f16acc]")
+{
+    using namespace tc_public;
+    using half = Eigen::half;
+    // The counts docs/tensor_core.md quotes. tf32: F one off, the sum rounded to nearest, P = 23.
+    const vector_set a100 = read_result_set("A100", "tf32", "fp32");
+    CHECK(match_lines<tf32_variant<23, 24, 4>, float>(a100).equal == 952);
+    CHECK(match_lines<tf32_variant<25, 24, 4>, float>(a100).equal == 1134);
+    CHECK(match_lines<tf32_variant<24, 24, 4, tc::nearest_result_rules>, float>(a100).equal == 970);
+    CHECK(match_lines<tf32_variant<24, 24, 2>, float>(a100).equal == 1035);
+    const vector_set h100 = read_result_set("H100", "tf32", "fp32");
+    CHECK(match_lines<tf32_variant<24, 24, 4>, float>(h100).equal == 1130);
+    CHECK(match_lines<tf32_variant<26, 24, 4>, float>(h100).equal == 1208);
+    CHECK(match_lines<tf32_variant<25, 24, 4, tc::nearest_result_rules>, float>(h100).equal == 920);
+    // Every captured tf32 operand is a tf32 value (low 13 bits zero): truncating and rounding
+    // read the same numbers, so the capture cannot tell them apart.
+    CHECK(match_lines<tf32_variant<24, 24, 4, tc::h100_rules, tc::tf32_input::nearest_even>, float>(a100).equal == 1250);
+    CHECK(match_lines<tf32_variant<25, 24, 8, tc::h100_rules, tc::tf32_input::nearest_even>, float>(h100).equal == 1250);
+    for (std::size_t i = 0; i < h100.lines; ++i)
+        for (std::size_t kk = 0; kk < h100.k; ++kk)
+            REQUIRE((bits_of(operand_of<float>(h100, i, 0, kk)) & 0x1fffu) == 0u);
+    // float16 accumulator: cutting toward zero instead of rounding, half the block.
+    const vector_set v100 = read_result_set("V100", "fp16", "fp16");
+    CHECK(match_lines<f16acc_variant<23, 4, tc::same_type_of<half>, tc::h100_rules>, half>(v100).equal == 626);
+    CHECK(match_lines<f16acc_variant<23, 2, tc::same_type_of<half>>, half>(v100).equal == 922);
+    const vector_set b200 = read_result_set("B200", "fp16", "fp16");
+    CHECK(match_lines<f16acc_variant<25, 16, tc::same_type_of<half>, tc::h100_rules>, half>(b200).equal == 637);
+    CHECK(match_lines<f16acc_variant<25, 8, tc::same_type_of<half>>, half>(b200).equal == 920);
+    // Ada's fp8 unit splits 32 into two blocks with a float16 accumulator too.
+    const vector_set ada = read_result_set("Ada", "E4M3", "fp16");
+    CHECK(match_lines<f16acc_variant<13, 32, fp8_pairs>, float8_e4m3fn>(ada).equal == 951);
+    CHECK(match_lines<f16acc_variant<13, 16, fp8_pairs, tc::h100_rules>, float8_e4m3fn>(ada).equal == 523);
+}
+
+TEST_CASE("the H100, H200 and B200 fp8 sets with a float16 accumulator: no rule found", "[tensor_core][public][f16acc]")
+{
+    using namespace tc_public;
+    // Not modelled (docs/tensor_core.md): the fused rule of the float32 units with a float16
+    // result (MMA-Sim's, the MATLAB models') reproduces about two thirds of the lines; summing
+    // the products first and adding C in float16 about four fifths.
+    struct expected {
+        const char* gpu;
+        const char* format;
+        std::size_t fused_f13, fused_f25, products_first;
+    };
+    for (const expected& e : {expected{"H100", "E4M3", 785, 790, 987}, expected{"H100", "E5M2", 848, 846, 1044},
+                              expected{"H200", "E4M3", 795, 792, 982}, expected{"H200", "E5M2", 853, 846, 1051},
+                              expected{"B200", "E4M3", 785, 790, 985}, expected{"B200", "E5M2", 836, 851, 1055}}) {
+        const vector_set s = read_result_set(e.gpu, e.format, "fp16");
+        INFO(e.gpu << " " << e.format);
+        if (std::string(e.format) == "E4M3") {
+            CHECK(match_lines<f16acc_variant<13, 32, fp8_pairs>, float8_e4m3fn>(s).equal == e.fused_f13);
+            CHECK(match_lines<f16acc_variant<25, 32, fp8_pairs>, float8_e4m3fn>(s).equal == e.fused_f25);
+            CHECK(products_then_c<float8_e4m3fn>(s) == e.products_first);
+        } else {
+            CHECK(match_lines<f16acc_variant<13, 32, fp8_pairs>, float8_e5m2>(s).equal == e.fused_f13);
+            CHECK(match_lines<f16acc_variant<25, 32, fp8_pairs>, float8_e5m2>(s).equal == e.fused_f25);
+            CHECK(products_then_c<float8_e5m2>(s) == e.products_first);
+        }
+    }
+}
+
+TEST_CASE("tf32 units read float operands as tf32; float16 accumulators round once", "[tensor_core][public][tf32][f16acc]")
+{
+    using namespace tc_public;
+    using half = Eigen::half;
+    constexpr float inf = std::numeric_limits<float>::infinity();
+    // Truncation: 1 + 2^-11 is 1 in tf32 (10 mantissa bits); the nearest-even reading rounds
+    // 1 + 3 * 2^-12 up to 1 + 2^-10.
+    std::array<float, 4> a{1.0f + 0x1p-11f, 1.0f + 3 * 0x1p-12f, 0.0f, 0.0f}, b{1.0f, 1.0f, 0.0f, 0.0f};
+    CHECK(tc::dot<tc::a100_tf32>(a, b, 0.0f) == 2.0f);
+    CHECK(tc::dot<tf32_variant<24, 24, 4, tc::h100_rules, tc::tf32_input::nearest_even>>(a, b, 0.0f) == 2.0f + 0x1p-10f);
+    // A float32 subnormal operand is a tf32 subnormal: its low 13 bits go too.
+    a = {0x1p-130f + 0x1p-149f, 0.0f, 0.0f, 0.0f};
+    b = {0x1p100f, 0.0f, 0.0f, 0.0f};
+    CHECK(tc::dot<tc::a100_tf32>(a, b, 0.0f) == 0x1p-30f);
+    // A NaN whose payload lies in the dropped bits stays NaN; inf * 0 is NaN.
+    a = {std::bit_cast<float>(0x7f800001u), 0.0f, 0.0f, 0.0f};
+    CHECK(bits_of(tc::dot<tc::a100_tf32>(a, b, 0.0f)) == 0x7fffffffu);
+    a = {inf, 0.0f, 0.0f, 0.0f};
+    CHECK(tc::dot<tc::a100_tf32>(a, b, 1.0f) == inf);
+    // GEMM chains of tf32 units equal loops of their instruction (the reference engine).
+    std::mt19937 rng(21);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    auto x = xt::xarray<float>::from_shape({3, 21});
+    auto y = xt::xarray<float>::from_shape({21, 5});
+    for (auto& e : x) e = normal(rng);
+    for (auto& e : y) e = normal(rng);
+    const xt::xarray<float> d = tc::gemm<tc::h100_tf32_chain>(x, y);
+    std::vector<float> row(24, 0.0f), column(24, 0.0f);
+    for (std::size_t i = 0; i < 3; ++i) {
+        for (std::size_t j = 0; j < 5; ++j) {
+            for (std::size_t p = 0; p < 21; ++p) {
+                row[p] = x(i, p);
+                column[p] = y(p, j);
+            }
+            float acc = 0.0f;
+            for (std::size_t first = 0; first < 24; first += 8) {
+                acc = tc::dot<tc::h100_tf32>(std::span<const float>(row).subspan(first, 8),
+                                             std::span<const float>(column).subspan(first, 8), acc);
+            }
+            CHECK(bits_of(d(i, j)) == bits_of(acc));
+            CHECK(bits_of(tc::gemm_dot<tc::h100_tf32_chain>(std::span<const float>(row).first(21),
+                                                            std::span<const float>(column).first(21))) == bits_of(acc));
+        }
+    }
+    const xt::xarray<float> d4 = tc::gemm<tc::a100_tf32_chain>(x, y);
+    std::vector<float> on_grid(15, -1.0f);
+    tc::detail::gemm_into_on_grid<tc::a100_tf32_chain, float, float>(x.data(), y.data(), 3, 21, 5, on_grid.data());
+    for (std::size_t i = 0; i < 15; ++i) CHECK(bits_of(on_grid[i]) == bits_of(d4.data()[i]));
+
+    // float16 accumulator: 1 + 2^-11 is a tie between 1 and 1 + 2^-10: even (1); 1 + 3 * 2^-11
+    // rounds up to 1 + 2^-9; the float32 unit keeps 1 + 3 * 2^-11.
+    std::array<half, 16> h{}, g{};
+    h[0] = half(0x1p-11f);
+    g[0] = half(1.0f);
+    CHECK(static_cast<float>(tc::dot<tc::h100_hmma_f16acc>(h, g, half(1.0f))) == 1.0f);
+    h[0] = half(3 * 0x1p-11f);
+    CHECK(static_cast<float>(tc::dot<tc::h100_hmma_f16acc>(h, g, half(1.0f))) == 1.0f + 0x1p-9f);
+    CHECK(tc::dot<tc::h100_hmma>(h, g, 1.0f) == 1.0f + 3 * 0x1p-11f);
+    // Subnormal results land on the 2^-24 grid, rounded once: 2^-12 * 2^-13 = 2^-25 is a tie
+    // (to 0, even), 3 * 2^-26 rounds up to 2^-24; 65520 overflows to inf; NaN is 0x7fff.
+    h[0] = half(0x1p-12f);
+    g[0] = half(0x1p-13f);
+    CHECK(std::bit_cast<std::uint16_t>(tc::dot<tc::h100_hmma_f16acc>(h, g, half(0.0f))) == 0u);
+    h[0] = half(3 * 0x1p-14f);
+    g[0] = half(0x1p-12f);
+    CHECK(std::bit_cast<std::uint16_t>(tc::dot<tc::h100_hmma_f16acc>(h, g, half(0.0f))) == 1u);
+    h[0] = half(32768.0f);
+    g[0] = half(1.0f);
+    h[1] = half(32752.0f);
+    g[1] = half(1.0f);
+    CHECK(static_cast<float>(tc::dot<tc::h100_hmma_f16acc>(h, g, half(0.0f))) == inf);
+    h[1] = half(32736.0f);
+    CHECK(static_cast<float>(tc::dot<tc::h100_hmma_f16acc>(h, g, half(0.0f))) == 65504.0f);
+    h[0] = half(inf);
+    g[0] = half(0.0f);
+    CHECK(std::bit_cast<std::uint16_t>(tc::dot<tc::h100_hmma_f16acc>(h, g, half(0.0f))) == 0x7fffu);
+    std::array<float8_e4m3fn, 16> p{}, q{};
+    p[0] = float8_e4m3fn(448.0f);
+    q[0] = float8_e4m3fn(-448.0f);
+    CHECK(static_cast<float>(tc::dot<tc::ada_qmma_f16acc>(p, q, half(0.0f))) == -inf);  // -200704 overflows float16
+}
