@@ -1,7 +1,8 @@
 // tensor_core_public: the NVIDIA unit models (v100_hmma, a100_hmma, ada_hmma, ada_qmma, h100_hmma,
-// h100_qgmma, b200_hmma, b200_qmma) against every vendored vector of the public GPU captures of
-// Khattak and Mikaitis (tests/data/tensor_core_public/, README there), bit for bit per (model,
-// GPU, format); the rules the captures do not reach (rounding ties, non-finite input) on
+// h100_qgmma, b200_hmma, b200_qmma; the tf32 units a100_tf32 to b200_tf32; the float16-accumulator
+// units *_f16acc) against every vendored vector of the public GPU captures of Khattak and Mikaitis
+// (tests/data/tensor_core_public/, README there), bit for bit per (model, GPU, format,
+// accumulator); the rules the captures do not reach (rounding ties, non-finite input) on
 // hand-made cases; each unit's GEMM chain against loops of its instruction.
 #include <scalify/scalify.hpp>
 
