@@ -1,0 +1,377 @@
+#pragma once
+/// \file tensor_core/amx.hpp
+/// Intel's bf16 matrix and vector units, bit for bit: AMX TDPBF16PS (amx_bf16) and AVX512_BF16
+/// VDPBF16PS (avx512_bf16), measured on a Xeon with AMX-BF16 (Sapphire or Emerald Rapids: the VM
+/// hides which; tools/capture_amx.cpp, tests/data/amx/). Neither fits inner_product_model: they do not align a block of products to
+/// one exponent but chain float32 fused multiply-adds, each rounded to nearest even, with bf16
+/// and accumulator subnormals read as zero (DAZ) and subnormal results flushed to zero (FTZ):
+///
+/// - TDPBF16PS, per output, K = 2 * pairs (pairs = the A tile's colsb / 4, at most 16):
+///       even = +0; odd = +0
+///       for p in 0 .. pairs-1:  even = fma(a[2p], b[2p], even);  odd = fma(a[2p+1], b[2p+1], odd)
+///       d = c + (even + odd)
+/// - VDPBF16PS, per float32 lane (K = 2):  d = fma(a[0], b[0], fma(a[1], b[1], c))
+///
+/// Every step (fma or add) is one float32 operation rounded to nearest even as if the exponent
+/// were unbounded, then flushed to a zero of its sign if below 2^-126 (tininess after rounding);
+/// overflow gives inf. NaN: an operand's NaN, quieted, the first in the order (a, b, accumulator)
+/// of each fma (so a later product's NaN replaces the chain's) and (left, right) of each add; inf * 0 and inf - inf give 0xffc00000 (x86's
+/// default NaN). MXCSR is neither read nor written (the capture ran under two MXCSR settings).
+///
+///     std::array<Eigen::bfloat16, 32> a{...}, b{...};
+///     float d = tensor_core::dot<tensor_core::amx_bf16>(a, b, 0.0f);          // one TDPBF16PS output
+///     auto y = tensor_core::gemm<tensor_core::amx_bf16_gemm>(x, w);           // chained along K
+///
+/// The models take the same spellings as the NVIDIA ones (dot, gemm, gemm_dot) through overloads
+/// constrained on FmaChainModel and FmaGemmModel; they are not GemmModels, so matmul's accumulation
+/// models and scopes do not take them. AMX-FP16 (TDPFP16PS) is not modelled: it was not captured
+/// (the capturing CPU lacks it), and the SDM text available states its rounding and denormal
+/// handling but not the order of its additions. docs: the AMX section of docs/tensor_core.md.
+
+#include <scalify/detail/parallel.hpp>
+#include <scalify/error.hpp>
+#include <scalify/scaled_array.hpp>
+#include <scalify/tensor_core/dot.hpp>
+#include <scalify/tensor_core/model.hpp>
+
+#include <fmt/format.h>
+#include <xtensor/xarray.hpp>
+
+#include <algorithm>
+#include <bit>
+#include <concepts>
+#include <cstddef>
+#include <cstdint>
+#include <ranges>
+#include <span>
+#include <type_traits>
+#include <vector>
+
+namespace scalify::tensor_core {
+
+// ---------------------------------------------------------------------------------------------
+// Models
+
+/// How a chained-FMA instruction orders its products.
+enum class fma_chain_order {
+    /// AMX TDPBF16PS: two chains from +0, one over the even products and one over the odd ones, in
+    /// increasing k; then c + (even + odd).
+    two_lanes_then_accumulator,
+    /// AVX512_BF16 VDPBF16PS: one chain from c, product 1 first, then product 0.
+    odd_then_even
+};
+
+/// An instruction of chained float32 FMAs (DAZ on inputs, FTZ on every result, round to nearest
+/// even): K products at most per call, in pairs, ordered as Order says.
+template <std::size_t K, class Operands, fma_chain_order Order>
+struct fma_chain_model {
+    static_assert(K >= 2 && K % 2 == 0 && K <= 4096, "K must be an even number of products in [2, 4096]");
+    static constexpr std::size_t k = K;
+    using operands = Operands;
+    static constexpr fma_chain_order order = Order;
+    template <class TA, class TB>
+    static constexpr bool takes = Operands::template contains<TA, TB>;
+};
+
+/// A tag describing one chained-FMA instruction: derived from fma_chain_model, with a name.
+template <class M>
+concept FmaChainModel = std::is_base_of_v<fma_chain_model<M::k, typename M::operands, M::order>, M> && requires {
+    { M::name } -> std::convertible_to<const char*>;
+};
+
+template <class M, class TA, class TB>
+concept FmaChainModelFor = FmaChainModel<M> && M::template takes<TA, TB>;
+
+/// Intel AMX-BF16 TDPBF16PS (Sapphire Rapids and later), one output of a tile: up to 16 pairs of
+/// bf16 products (K = 32; a tile of colsb = 2K bytes takes K < 32), even and odd products in two
+/// float32 FMA chains, then c + (even + odd). Measured: every captured output bit for bit.
+struct amx_bf16 : fma_chain_model<32, same_type_of<Eigen::bfloat16>, fma_chain_order::two_lanes_then_accumulator> {
+    static constexpr const char* name = "amx_bf16";
+};
+
+/// Intel AVX512_BF16 VDPBF16PS (Cooper Lake, Sapphire Rapids, Zen 4 and later), one float32 lane:
+/// fma(a[0], b[0], fma(a[1], b[1], c)). Measured on the same Xeon only (Cooper Lake and Zen 4 not
+/// captured).
+struct avx512_bf16 : fma_chain_model<2, same_type_of<Eigen::bfloat16>, fma_chain_order::odd_then_even> {
+    static constexpr const char* name = "avx512_bf16";
+};
+
+/// A GEMM of chained-FMA instructions: Instruction::k products at a time along K in increasing k,
+/// each instruction's result the next one's accumulator, starting from +0. The last instruction
+/// takes what is left (a narrower tile); an odd K ends with a zero product.
+template <FmaChainModel Instruction>
+struct fma_gemm_model {
+    using instruction = Instruction;
+};
+
+template <class M>
+concept FmaGemmModel = std::is_base_of_v<fma_gemm_model<typename M::instruction>, M> &&
+                       FmaChainModel<typename M::instruction> && requires {
+                           { M::name } -> std::convertible_to<const char*>;
+                       };
+
+template <class M, class TA, class TB>
+concept FmaGemmModelFor = FmaGemmModel<M> && FmaChainModelFor<typename M::instruction, TA, TB>;
+
+/// A bf16 GEMM on AMX (as oneDNN's brgemm runs one: C tiles kept across the K loop, 32 of K per
+/// TDPBF16PS). The instruction is measured; the chain along K is the natural order, not a
+/// captured library GEMM.
+struct amx_bf16_gemm : fma_gemm_model<amx_bf16> {
+    static constexpr const char* name = "amx_bf16_gemm";
+};
+
+/// A bf16 GEMM on AVX512_BF16: one float32 accumulator per output, VDPBF16PS along K two products
+/// at a time (the natural order; not a captured library GEMM).
+struct avx512_bf16_gemm : fma_gemm_model<avx512_bf16> {
+    static constexpr const char* name = "avx512_bf16_gemm";
+};
+
+// ---------------------------------------------------------------------------------------------
+// The arithmetic, on float32 bit patterns
+
+namespace detail::fma_chain {
+
+inline constexpr std::uint32_t default_nan = 0xffc00000u;  // x86's QNaN floating-point indefinite
+
+[[nodiscard]] constexpr bool is_nan(std::uint32_t x) noexcept { return (x & 0x7fffffffu) > 0x7f800000u; }
+[[nodiscard]] constexpr bool is_inf(std::uint32_t x) noexcept { return (x & 0x7fffffffu) == 0x7f800000u; }
+[[nodiscard]] constexpr bool is_zero_or_subnormal(std::uint32_t x) noexcept { return (x & 0x7f800000u) == 0; }
+/// DAZ: a subnormal reads as the zero of its sign.
+[[nodiscard]] constexpr std::uint32_t daz(std::uint32_t x) noexcept { return is_zero_or_subnormal(x) ? x & 0x80000000u : x; }
+
+/// A nonzero normal float32 as sig * 2^lsb.
+struct exact {
+    std::uint64_t sig;
+    int lsb;
+    bool negative;
+};
+[[nodiscard]] constexpr exact split(std::uint32_t x) noexcept
+{
+    const int field = static_cast<int>((x >> 23) & 0xffu);
+    return {(x & 0x7fffffu) | 0x800000u, field - 150, (x >> 31) != 0};
+}
+
+/// The float32 nearest (ties to even, exponent unbounded) to (-1)^negative * magnitude * 2^lsb,
+/// magnitude > 0; +-inf from 2^128, a zero of the sign below 2^-126 (FTZ after rounding).
+[[nodiscard]] constexpr std::uint32_t round_ftz(std::uint64_t magnitude, int lsb, bool negative) noexcept
+{
+    const std::uint32_t sign = negative ? 0x80000000u : 0u;
+    int width = static_cast<int>(std::bit_width(magnitude));
+    if (width > 24) {
+        const int shift = width - 24;
+        const std::uint64_t kept = magnitude >> shift;
+        const std::uint64_t rest = magnitude - (kept << shift);
+        const std::uint64_t half = std::uint64_t{1} << (shift - 1);
+        magnitude = kept + ((rest > half || (rest == half && (kept & 1) != 0)) ? 1 : 0);
+        lsb += shift;
+        if (magnitude >> 24) {  // rounded up to 2^24
+            magnitude >>= 1;
+            ++lsb;
+        }
+        width = 24;
+    }
+    const int top = lsb + width - 1;
+    if (top >= 128) return sign | 0x7f800000u;
+    if (top < -126) return sign;
+    const auto significand = static_cast<std::uint32_t>(magnitude << (24 - width));
+    return sign | static_cast<std::uint32_t>(top + 127) << 23 | (significand & 0x7fffffu);
+}
+
+/// x * y + z as one float32 operation of the measured units: DAZ on x, y and z, the exact result
+/// rounded to nearest even, FTZ. NaN: the first NaN of x, y, z, quieted; inf * 0 and inf - inf
+/// give the default NaN.
+[[nodiscard]] constexpr std::uint32_t fma(std::uint32_t x, std::uint32_t y, std::uint32_t z) noexcept
+{
+    for (const std::uint32_t v : {x, y, z})
+        if (is_nan(v)) return v | 0x400000u;
+    x = daz(x);
+    y = daz(y);
+    z = daz(z);
+    const bool product_negative = ((x ^ y) >> 31) != 0;
+    const bool x_zero = (x & 0x7fffffffu) == 0, y_zero = (y & 0x7fffffffu) == 0;
+    if (is_inf(x) || is_inf(y)) {
+        if (x_zero || y_zero) return default_nan;
+        if (is_inf(z) && ((z >> 31) != 0) != product_negative) return default_nan;
+        return product_negative ? 0xff800000u : 0x7f800000u;
+    }
+    if (is_inf(z)) return z;
+    const bool z_zero = (z & 0x7fffffffu) == 0;
+    if (x_zero || y_zero) {
+        if (!z_zero) return z;
+        return product_negative && (z >> 31) != 0 ? 0x80000000u : 0u;  // -0 only for -0 + -0
+    }
+    const exact a = split(x), b = split(y);
+    const exact p{a.sig * b.sig, a.lsb + b.lsb, product_negative};
+    if (z_zero) return round_ftz(p.sig, p.lsb, p.negative);
+    const exact c = split(z);
+    // A common last place, no lower than 60 bits below the larger term's top (so both fit 61
+    // bits): a term partly or wholly below it keeps a sticky bit, exact enough since the larger
+    // term's last place, and so the result's, is then 35 or more bits above it (terms that
+    // cancel lie within a few bits of each other and are never cut).
+    const int p_top = p.lsb + static_cast<int>(std::bit_width(p.sig)) - 1;
+    const int c_top = c.lsb + 23;
+    const int lsb = std::max(std::min(p.lsb, c.lsb), std::max(p_top, c_top) - 60);
+    const auto aligned = [lsb](const exact& t) -> std::uint64_t {
+        if (t.lsb >= lsb) return t.sig << (t.lsb - lsb);
+        const int shift = lsb - t.lsb;
+        if (shift >= 64) return 1;  // sticky
+        return (t.sig >> shift) | ((t.sig & ((std::uint64_t{1} << shift) - 1)) != 0 ? 1 : 0);
+    };
+    const std::uint64_t pa = aligned(p), ca = aligned(c);
+    if (p.negative == c.negative) return round_ftz(pa + ca, lsb, p.negative);
+    if (pa == ca) return 0u;  // an exact zero sum is +0
+    return pa > ca ? round_ftz(pa - ca, lsb, p.negative) : round_ftz(ca - pa, lsb, c.negative);
+}
+
+/// x + y: fma(x, 1, y), so with the NaN order (x, y).
+[[nodiscard]] constexpr std::uint32_t add(std::uint32_t x, std::uint32_t y) noexcept { return fma(x, 0x3f800000u, y); }
+
+/// The float32 bits of a bf16 operand (make_fp32 in the SDM).
+template <class T>
+[[nodiscard]] std::uint32_t widen(const T& x) noexcept
+{
+    static_assert(std::same_as<T, Eigen::bfloat16>, "the modelled units take bf16 operands");
+    return static_cast<std::uint32_t>(std::bit_cast<std::uint16_t>(x)) << 16;
+}
+
+/// One instruction over n products (n even, n <= Model::k) of float32-widened operands.
+template <FmaChainModel Model>
+[[nodiscard]] constexpr std::uint32_t instruction(const std::uint32_t* a, const std::uint32_t* b, std::size_t n,
+                                                  std::uint32_t c) noexcept
+{
+    if constexpr (Model::order == fma_chain_order::two_lanes_then_accumulator) {
+        std::uint32_t even = 0, odd = 0;
+        for (std::size_t i = 0; i + 1 < n; i += 2) {
+            even = fma(a[i], b[i], even);
+            odd = fma(a[i + 1], b[i + 1], odd);
+        }
+        return add(c, add(even, odd));
+    } else {
+        std::uint32_t acc = c;
+        for (std::size_t i = 0; i + 1 < n; i += 2) {
+            acc = fma(a[i + 1], b[i + 1], acc);
+            acc = fma(a[i], b[i], acc);
+        }
+        return acc;
+    }
+}
+
+/// One output of Model's GEMM over k products (widened operands; k odd: a zero product ends it).
+template <FmaGemmModel Model>
+[[nodiscard]] std::uint32_t chain(const std::uint32_t* a, const std::uint32_t* b, std::size_t k) noexcept
+{
+    constexpr std::size_t step = Model::instruction::k;
+    std::uint32_t acc = 0;
+    std::size_t s = 0;
+    for (; s + step <= k; s += step) acc = instruction<typename Model::instruction>(a + s, b + s, step, acc);
+    if (s < k) {
+        std::uint32_t ta[step] = {}, tb[step] = {};
+        std::copy(a + s, a + k, ta);
+        std::copy(b + s, b + k, tb);
+        acc = instruction<typename Model::instruction>(ta, tb, (k - s + 1) / 2 * 2, acc);
+    }
+    return acc;
+}
+
+template <FmaChainModel Model, class TA, class TB>
+constexpr void check_operands() noexcept
+{
+    static_assert(Model::template takes<TA, TB>,
+                  "this model does not take these operand types (amx_bf16, avx512_bf16: Eigen::bfloat16 x "
+                  "Eigen::bfloat16)");
+}
+
+}  // namespace detail::fma_chain
+
+// ---------------------------------------------------------------------------------------------
+// dot, gemm, gemm_dot
+
+/// One instruction's result for one output: c + sum of a[k]*b[k] as Model's unit computes it, bit
+/// for bit. a and b hold the same even number of products, 2 to Model::k (amx_bf16: a tile of
+/// colsb = 2 * size bytes; avx512_bf16: exactly 2); shape_error otherwise.
+template <FmaChainModel Model, class TA, class TB>
+[[nodiscard]] float dot(std::span<const TA> a, std::span<const TB> b, float c)
+{
+    detail::fma_chain::check_operands<Model, TA, TB>();
+    if (a.size() != b.size() || a.size() % 2 != 0 || a.size() < 2 || a.size() > Model::k) {
+        SCALIFY_THROW(shape_error(fmt::format("tensor_core::dot<{}>: spans of {} and {} elements; the instruction takes "
+                                              "the same even number of each, 2 to {}",
+                                              Model::name, a.size(), b.size(), Model::k)));
+    }
+    std::uint32_t wa[Model::k], wb[Model::k];
+    for (std::size_t i = 0; i < a.size(); ++i) {
+        wa[i] = detail::fma_chain::widen(a[i]);
+        wb[i] = detail::fma_chain::widen(b[i]);
+    }
+    return std::bit_cast<float>(
+        detail::fma_chain::instruction<Model>(wa, wb, a.size(), std::bit_cast<std::uint32_t>(c)));
+}
+
+/// dot over any contiguous ranges (std::array, std::vector, ...).
+template <FmaChainModel Model, std::ranges::contiguous_range RA, std::ranges::contiguous_range RB>
+    requires(!detail::is_const_span<std::remove_cvref_t<RA>> || !detail::is_const_span<std::remove_cvref_t<RB>>)
+[[nodiscard]] float dot(const RA& a, const RB& b, float c)
+{
+    using TA = std::ranges::range_value_t<RA>;
+    using TB = std::ranges::range_value_t<RB>;
+    return dot<Model, TA, TB>(std::span<const TA>(std::ranges::data(a), std::ranges::size(a)),
+                              std::span<const TB>(std::ranges::data(b), std::ranges::size(b)), c);
+}
+
+/// a (M x K) . b (K x N) as Model's GEMM computes it; shape_error unless both are 2-D with matching
+/// inner dimensions. K = 0 gives +0 everywhere; M or N = 0 an empty M x N result. Outputs are
+/// shared among OpenMP threads when the including program is built with OpenMP.
+template <FmaGemmModel Model, class TA, class TB>
+[[nodiscard]] xt::xarray<float> gemm(const xt::xarray<TA>& a, const xt::xarray<TB>& b)
+{
+    detail::fma_chain::check_operands<typename Model::instruction, TA, TB>();
+    if (a.dimension() != 2 || b.dimension() != 2 || a.shape()[1] != b.shape()[0]) {
+        SCALIFY_THROW(shape_error(fmt::format("tensor_core::gemm<{}>: shapes {} and {} do not multiply (need (M, K) "
+                                              "and (K, N))",
+                                              Model::name, shape_string(a.shape()), shape_string(b.shape()))));
+    }
+    const std::size_t m = a.shape()[0], k = a.shape()[1], n = b.shape()[1];
+    auto out = xt::xarray<float>::from_shape({m, n});
+    if (m == 0 || n == 0) return out;
+    std::vector<std::uint32_t> rows(m * k), columns(n * k);
+    for (std::size_t i = 0; i < m * k; ++i) rows[i] = detail::fma_chain::widen(a.data()[i]);
+    for (std::size_t p = 0; p < k; ++p)
+        for (std::size_t j = 0; j < n; ++j) columns[j * k + p] = detail::fma_chain::widen(b.data()[p * n + j]);
+    float* const result = out.data();
+    const std::uint32_t* const r = rows.data();
+    const std::uint32_t* const c = columns.data();
+    scalify::detail::parallel_for(m, [=](std::size_t i) {
+        for (std::size_t j = 0; j < n; ++j)
+            result[i * n + j] = std::bit_cast<float>(detail::fma_chain::chain<Model>(r + i * k, c + j * k, k));
+    });
+    return out;
+}
+
+/// One output of gemm<Model> for two vectors of any equal length; shape_error otherwise.
+template <FmaGemmModel Model, class TA, class TB>
+[[nodiscard]] float gemm_dot(std::span<const TA> a, std::span<const TB> b)
+{
+    detail::fma_chain::check_operands<typename Model::instruction, TA, TB>();
+    if (a.size() != b.size()) {
+        SCALIFY_THROW(shape_error(fmt::format("tensor_core::gemm_dot<{}>: vectors of {} and {} elements", Model::name,
+                                              a.size(), b.size())));
+    }
+    std::vector<std::uint32_t> x(a.size()), y(b.size());
+    for (std::size_t i = 0; i < a.size(); ++i) {
+        x[i] = detail::fma_chain::widen(a[i]);
+        y[i] = detail::fma_chain::widen(b[i]);
+    }
+    return std::bit_cast<float>(detail::fma_chain::chain<Model>(x.data(), y.data(), x.size()));
+}
+
+template <FmaGemmModel Model, std::ranges::contiguous_range RA, std::ranges::contiguous_range RB>
+    requires(!detail::is_const_span<std::remove_cvref_t<RA>> || !detail::is_const_span<std::remove_cvref_t<RB>>)
+[[nodiscard]] float gemm_dot(const RA& a, const RB& b)
+{
+    using TA = std::ranges::range_value_t<RA>;
+    using TB = std::ranges::range_value_t<RB>;
+    return gemm_dot<Model, TA, TB>(std::span<const TA>(std::ranges::data(a), std::ranges::size(a)),
+                                   std::span<const TB>(std::ranges::data(b), std::ranges::size(b)));
+}
+
+}  // namespace scalify::tensor_core

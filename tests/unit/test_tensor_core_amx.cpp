@@ -1,0 +1,388 @@
+// tensor_core_amx: Intel AMX TDPBF16PS (amx_bf16) and AVX512_BF16 VDPBF16PS (avx512_bf16) against
+// every vendored vector of the hardware capture (tests/data/amx/, README there), bit for bit, NaN
+// payloads included; the rules the capture rejects; the special cases by hand; the GEMM chains
+// against loops of their instruction.
+#include <scalify/scalify.hpp>
+#include <scalify/tensor_core/amx.hpp>
+
+#include <catch2/catch.hpp>
+
+#include <array>
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <fstream>
+#include <map>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace tc_amx {
+
+using namespace scalify;
+namespace tc = scalify::tensor_core;
+namespace fc = scalify::tensor_core::detail::fma_chain;
+using bf16 = Eigen::bfloat16;
+
+struct amx_vector {
+    std::string instruction, kind;
+    std::uint32_t c = 0, d = 0;
+    std::vector<bf16> a, b;
+};
+
+struct amx_capture {
+    std::vector<std::string> header;
+    std::vector<amx_vector> lines;
+};
+
+inline bf16 from_code(unsigned code) { return std::bit_cast<bf16>(static_cast<std::uint16_t>(code)); }
+inline std::uint32_t bits_of(float x) { return std::bit_cast<std::uint32_t>(x); }
+inline float from_bits(std::uint32_t x) { return std::bit_cast<float>(x); }
+inline std::uint32_t code_of(bf16 x) { return std::bit_cast<std::uint16_t>(x); }
+
+inline amx_capture read_capture()
+{
+    std::ifstream in(std::string(SCALIFY_TEST_DATA_DIR) + "/amx/amx_bf16_xeon.txt");
+    REQUIRE(in.good());
+    amx_capture capture;
+    std::string line;
+    while (std::getline(in, line)) {
+        if (line.empty()) continue;
+        if (line[0] == '#') {
+            capture.header.push_back(line);
+            continue;
+        }
+        std::istringstream s(line);
+        amx_vector v;
+        std::size_t k = 0;
+        s >> v.instruction >> v.kind >> k >> std::hex >> v.c;
+        v.a.resize(k);
+        v.b.resize(k);
+        unsigned code = 0;
+        for (auto& x : v.a) {
+            s >> code;
+            x = from_code(code);
+        }
+        for (auto& x : v.b) {
+            s >> code;
+            x = from_code(code);
+        }
+        s >> v.d;
+        REQUIRE(!s.fail());
+        capture.lines.push_back(std::move(v));
+    }
+    return capture;
+}
+
+/// The model's result for a captured line, as float32 bits.
+inline std::uint32_t model_bits(const amx_vector& v)
+{
+    if (v.instruction == "amx_bf16") return bits_of(tc::dot<tc::amx_bf16>(v.a, v.b, from_bits(v.c)));
+    return bits_of(tc::dot<tc::avx512_bf16>(v.a, v.b, from_bits(v.c)));
+}
+
+/// A rule over widened operands, for the rules the capture rejects.
+using rule = std::uint32_t (*)(const std::vector<std::uint32_t>& a, const std::vector<std::uint32_t>& b, std::uint32_t c);
+
+inline std::vector<std::uint32_t> widened(const std::vector<bf16>& x)
+{
+    std::vector<std::uint32_t> out;
+    for (const bf16 v : x) out.push_back(fc::widen(v));
+    return out;
+}
+
+/// How many lines of `instruction` a rule reproduces bit for bit.
+inline int count_matches(const amx_capture& capture, const std::string& instruction, rule r)
+{
+    int equal = 0;
+    for (const amx_vector& v : capture.lines)
+        if (v.instruction == instruction && r(widened(v.a), widened(v.b), v.c) == v.d) ++equal;
+    return equal;
+}
+
+/// The intrinsics guide's order: one chain from C, a[2k] then a[2k+1].
+inline std::uint32_t one_chain_even_first(const std::vector<std::uint32_t>& a, const std::vector<std::uint32_t>& b,
+                                          std::uint32_t c)
+{
+    for (std::size_t i = 0; i < a.size(); ++i) c = fc::fma(a[i], b[i], c);
+    return c;
+}
+/// The two lanes, added to C one after the other: (c + even) + odd.
+inline std::uint32_t lanes_one_after_other(const std::vector<std::uint32_t>& a, const std::vector<std::uint32_t>& b,
+                                           std::uint32_t c)
+{
+    std::uint32_t even = 0, odd = 0;
+    for (std::size_t i = 0; i + 1 < a.size(); i += 2) {
+        even = fc::fma(a[i], b[i], even);
+        odd = fc::fma(a[i + 1], b[i + 1], odd);
+    }
+    return fc::add(fc::add(c, even), odd);
+}
+/// The measured rule without DAZ on C.
+inline std::uint32_t accumulator_not_daz(const std::vector<std::uint32_t>& a, const std::vector<std::uint32_t>& b,
+                                         std::uint32_t c)
+{
+    std::uint32_t even = 0, odd = 0;
+    for (std::size_t i = 0; i + 1 < a.size(); i += 2) {
+        even = fc::fma(a[i], b[i], even);
+        odd = fc::fma(a[i + 1], b[i + 1], odd);
+    }
+    const std::uint32_t s = fc::add(even, odd);
+    if (fc::is_zero_or_subnormal(c) && !fc::is_nan(s) && !fc::is_inf(s)) {
+        // c + s exactly, as a float32 add with subnormals kept (s is a normal or zero).
+        return bits_of(from_bits(c) + from_bits(s));
+    }
+    return fc::add(c, s);
+}
+/// VDPBF16PS in the other order: product 0 first.
+inline std::uint32_t even_first(const std::vector<std::uint32_t>& a, const std::vector<std::uint32_t>& b, std::uint32_t c)
+{
+    return fc::fma(a[1], b[1], fc::fma(a[0], b[0], c));
+}
+
+inline bf16 bf(float x) { return bf16(x); }
+
+}  // namespace tc_amx
+
+TEST_CASE("dot<amx_bf16> and dot<avx512_bf16> reproduce every vendored AMX and AVX512_BF16 output", "[tensor_core][amx]")
+{
+    using namespace tc_amx;
+    const amx_capture capture = read_capture();
+    // The provenance lines are kept with the data.
+    std::string header;
+    for (const std::string& h : capture.header) header += h + "\n";
+    CHECK(header.find("# cpu: Intel(R) Xeon(R) Processor") != std::string::npos);
+    CHECK(header.find("amx_bf16") != std::string::npos);
+    CHECK(header.find("0 outputs differed") != std::string::npos);  // MXCSR is not consulted
+    CHECK(header.find("# date: 2026-") != std::string::npos);
+
+    std::map<std::string, std::pair<int, int>> counts;  // instruction + class: equal, lines
+    std::string first_miss;
+    for (const amx_vector& v : capture.lines) {
+        const std::uint32_t got = model_bits(v);
+        auto& c = counts[v.instruction + " " + v.kind];
+        ++c.second;
+        if (got == v.d) ++c.first;
+        else if (first_miss.empty())
+            first_miss = v.instruction + " " + v.kind + " K=" + std::to_string(v.a.size()) + " c=" +
+                         std::to_string(v.c) + " want " + std::to_string(v.d) + " got " + std::to_string(got);
+    }
+    INFO("first miss: " << first_miss);
+    int equal = 0, lines = 0, amx_lines = 0;
+    for (const auto& [key, c] : counts) {
+        INFO(key);
+        CHECK(c.first == c.second);
+        equal += c.first;
+        lines += c.second;
+        if (key.rfind("amx_bf16", 0) == 0) amx_lines += c.second;
+    }
+    CHECK(lines == 1048);
+    CHECK(amx_lines == 787);
+    CHECK(equal == lines);
+}
+
+TEST_CASE("the AMX capture rejects the other orders and the accumulator without DAZ", "[tensor_core][amx]")
+{
+    using namespace tc_amx;
+    const amx_capture capture = read_capture();
+    // The measured rules reproduce all of them (the test above); each alternative misses many.
+    // The counts docs/tensor_core.md quotes (787 TDPBF16PS lines, 261 VDPBF16PS lines).
+    CHECK(count_matches(capture, "amx_bf16", one_chain_even_first) == 515);
+    CHECK(count_matches(capture, "amx_bf16", lanes_one_after_other) == 687);
+    CHECK(count_matches(capture, "amx_bf16", accumulator_not_daz) == 759);
+    CHECK(count_matches(capture, "avx512_bf16", even_first) == 238);
+}
+
+TEST_CASE("amx_bf16: two FMA lanes from +0, then c + (even + odd)", "[tensor_core][amx]")
+{
+    using namespace tc_amx;
+    const float u = std::ldexp(1.0f, -12);  // u * u = 2^-24, half an ulp of 1
+    // 2^-24 twice in the even lane makes 2^-23, which 1 keeps; once in each lane as well.
+    CHECK(tc::dot<tc::amx_bf16>(std::array{bf(u), bf(0), bf(u), bf(0)}, std::array{bf(u), bf(0), bf(u), bf(0)}, 1.0f) ==
+          1.0f + std::ldexp(1.0f, -23));
+    CHECK(tc::dot<tc::amx_bf16>(std::array{bf(u), bf(u)}, std::array{bf(u), bf(u)}, 1.0f) == 1.0f + std::ldexp(1.0f, -23));
+    // One 2^-24 is a tie: to even.
+    CHECK(tc::dot<tc::amx_bf16>(std::array{bf(u), bf(0)}, std::array{bf(u), bf(0)}, 1.0f) == 1.0f);
+    // VDPBF16PS adds each product to C on its own: both ties go to even.
+    CHECK(tc::dot<tc::avx512_bf16>(std::array{bf(u), bf(u)}, std::array{bf(u), bf(u)}, 1.0f) == 1.0f);
+    // A lane's FMA is exact before its rounding: 2^100 - 2^100 + 1 in one lane is 1.
+    const float big = std::ldexp(1.0f, 50);
+    CHECK(tc::dot<tc::amx_bf16>(std::array{bf(big), bf(0), bf(-big), bf(0), bf(1), bf(0)},
+                                std::array{bf(big), bf(0), bf(big), bf(0), bf(1), bf(0)}, 0.0f) == 1.0f);
+    // The lanes are summed before C joins: C = 2^24 absorbs neither 1 + 1.
+    CHECK(tc::dot<tc::amx_bf16>(std::array{bf(1), bf(1)}, std::array{bf(1), bf(1)}, std::ldexp(1.0f, 24)) ==
+          std::ldexp(1.0f, 24) + 2.0f);
+    // Shorter tiles: any even K from 2 to 32.
+    for (std::size_t k = 2; k <= 32; k += 2) {
+        std::vector<bf16> a(k, bf(1)), b(k, bf(2));
+        CHECK(tc::dot<tc::amx_bf16>(a, b, 0.5f) == 0.5f + 2.0f * static_cast<float>(k));
+    }
+    std::vector<bf16> odd(3, bf(1)), long_k(34, bf(1));
+    CHECK_THROWS_AS(tc::dot<tc::amx_bf16>(odd, odd, 0.0f), shape_error);
+    CHECK_THROWS_AS(tc::dot<tc::amx_bf16>(long_k, long_k, 0.0f), shape_error);
+    CHECK_THROWS_AS(tc::dot<tc::avx512_bf16>(std::vector<bf16>(4, bf(1)), std::vector<bf16>(4, bf(1)), 0.0f), shape_error);
+}
+
+TEST_CASE("amx_bf16 and avx512_bf16: DAZ, FTZ after rounding, signed zeros, overflow", "[tensor_core][amx]")
+{
+    using namespace tc_amx;
+    const float tiny = std::ldexp(1.0f, -126);
+    const bf16 p63 = bf(std::ldexp(1.0f, -63));
+    // bf16 subnormal operands read as zero: 2^-130 * 2^100 would be 2^-30.
+    const bf16 sub = from_code(0x0008);  // 2^-130
+    CHECK(tc::dot<tc::amx_bf16>(std::array{sub, bf(0)}, std::array{bf(std::ldexp(1.0f, 100)), bf(0)}, 1.0f) == 1.0f);
+    CHECK(tc::dot<tc::avx512_bf16>(std::array{sub, bf(0)}, std::array{bf(std::ldexp(1.0f, 100)), bf(0)}, 1.0f) == 1.0f);
+    // A subnormal C reads as zero.
+    CHECK(bits_of(tc::dot<tc::amx_bf16>(std::array{bf(0), bf(0)}, std::array{bf(0), bf(0)}, from_bits(0x807fffffu))) == 0u);
+    // Results below 2^-126 after rounding (exponent unbounded) flush to zero; those that round
+    // up to 2^-126 stay. 2^-126 - 1.5 * 2^-151 rounds to 2^-126 - 2^-150: flushed. 2^-126 - 2^-152
+    // rounds to 2^-126: kept (a flush before rounding would give 0).
+    const bf16 m15 = bf(-1.5f * std::ldexp(1.0f, -75));
+    CHECK(bits_of(tc::dot<tc::amx_bf16>(std::array{p63, bf(0), m15, bf(0)},
+                                        std::array{p63, bf(0), bf(std::ldexp(1.0f, -76)), bf(0)}, 0.0f)) == 0u);
+    CHECK(tc::dot<tc::amx_bf16>(std::array{p63, bf(0), bf(-std::ldexp(1.0f, -77)), bf(0)},
+                                std::array{p63, bf(0), bf(std::ldexp(1.0f, -75)), bf(0)}, 0.0f) == tiny);
+    CHECK(bits_of(tc::dot<tc::avx512_bf16>(std::array{m15, bf(0)}, std::array{bf(std::ldexp(1.0f, -76)), bf(0)}, tiny)) ==
+          0u);
+    // A product below 2^-126 alone is flushed: 2^-64 * 2^-64.
+    const bf16 p64 = bf(std::ldexp(1.0f, -64));
+    CHECK(bits_of(tc::dot<tc::amx_bf16>(std::array{p64, bf(0)}, std::array{bf(-std::ldexp(1.0f, -64)), bf(0)}, 0.0f)) == 0u);
+    // Signed zeros: the lanes start at +0, so C = -0 with zero products gives +0 on AMX; the
+    // VDPBF16PS chain starts from C and keeps -0 + -0 = -0.
+    const bf16 mz = from_code(0x8000);
+    CHECK(bits_of(tc::dot<tc::amx_bf16>(std::array{mz, mz}, std::array{bf(1), bf(1)}, -0.0f)) == 0u);
+    CHECK(bits_of(tc::dot<tc::avx512_bf16>(std::array{mz, mz}, std::array{bf(1), bf(1)}, -0.0f)) == 0x80000000u);
+    CHECK(bits_of(tc::dot<tc::avx512_bf16>(std::array{bf(0), bf(0)}, std::array{bf(1), bf(1)}, -0.0f)) == 0u);
+    // An exact zero sum is +0.
+    CHECK(bits_of(tc::dot<tc::amx_bf16>(std::array{bf(1), bf(0)}, std::array{bf(1), bf(0)}, -1.0f)) == 0u);
+    // Overflow: the largest float plus half an ulp is a tie, to even: inf.
+    const float largest = std::numeric_limits<float>::max();
+    CHECK(tc::dot<tc::amx_bf16>(std::array{bf(std::ldexp(1.0f, 103)), bf(0)}, std::array{bf(1), bf(0)}, largest) ==
+          std::numeric_limits<float>::infinity());
+    CHECK(tc::dot<tc::amx_bf16>(std::array{bf(std::ldexp(1.0f, 102)), bf(0)}, std::array{bf(1), bf(0)}, largest) == largest);
+}
+
+TEST_CASE("amx_bf16 and avx512_bf16: NaN and infinities", "[tensor_core][amx]")
+{
+    using namespace tc_amx;
+    const float inf = std::numeric_limits<float>::infinity();
+    const bf16 pinf = bf(inf), ninf = bf(-inf);
+    // inf * 0, inf - inf in a lane or across lanes: x86's default NaN 0xffc00000.
+    CHECK(bits_of(tc::dot<tc::amx_bf16>(std::array{pinf, bf(0)}, std::array{bf(0), bf(0)}, 0.0f)) == 0xffc00000u);
+    CHECK(bits_of(tc::dot<tc::amx_bf16>(std::array{pinf, bf(0), ninf, bf(0)}, std::array{bf(1), bf(0), bf(1), bf(0)}, 0.0f)) ==
+          0xffc00000u);
+    CHECK(bits_of(tc::dot<tc::amx_bf16>(std::array{pinf, ninf}, std::array{bf(1), bf(1)}, 0.0f)) == 0xffc00000u);
+    CHECK(bits_of(tc::dot<tc::amx_bf16>(std::array{pinf, bf(0)}, std::array{bf(1), bf(0)}, -inf)) == 0xffc00000u);
+    CHECK(tc::dot<tc::amx_bf16>(std::array{pinf, bf(0)}, std::array{bf(-1), bf(0)}, 1.0f) == -inf);
+    // A NaN operand comes out quieted, with its payload: a before b before the accumulator in
+    // each FMA, the even lane before the odd one, C before the lanes.
+    const bf16 nan_a = from_code(0x7f81), nan_b = from_code(0xffa5);  // signalling NaNs
+    CHECK(bits_of(tc::dot<tc::amx_bf16>(std::array{nan_a, bf(0)}, std::array{nan_b, bf(0)}, 0.0f)) == 0x7fc10000u);
+    CHECK(bits_of(tc::dot<tc::amx_bf16>(std::array{bf(1), bf(0)}, std::array{nan_b, bf(0)}, 0.0f)) == 0xffe50000u);
+    CHECK(bits_of(tc::dot<tc::amx_bf16>(std::array{bf(1), nan_a}, std::array{nan_b, bf(1)}, 0.0f)) == 0xffe50000u);
+    CHECK(bits_of(tc::dot<tc::amx_bf16>(std::array{nan_a, bf(0)}, std::array{bf(1), bf(0)}, from_bits(0x7fa00000u))) ==
+          0x7fe00000u);
+    // C's NaN wins over inf * 0 as well.
+    CHECK(bits_of(tc::dot<tc::amx_bf16>(std::array{pinf, bf(0)}, std::array{bf(0), bf(0)}, from_bits(0x7fa00000u))) ==
+          0x7fe00000u);
+    // Within a chain a later FMA's operands come before the accumulator's NaN: in VDPBF16PS,
+    // fma(a[0], b[0], fma(a[1], b[1], c)), product 0's NaN wins over product 1's and C's.
+    CHECK(bits_of(tc::dot<tc::avx512_bf16>(std::array{nan_a, bf(1)}, std::array{bf(1), nan_b}, 0.0f)) == 0x7fc10000u);
+    CHECK(bits_of(tc::dot<tc::avx512_bf16>(std::array{nan_a, bf(1)}, std::array{bf(1), bf(1)}, from_bits(0xffc12345u))) ==
+          0x7fc10000u);
+    CHECK(bits_of(tc::dot<tc::avx512_bf16>(std::array{bf(1), nan_a}, std::array{bf(1), bf(1)}, from_bits(0xffc12345u))) ==
+          0x7fc10000u);
+    CHECK(bits_of(tc::dot<tc::avx512_bf16>(std::array{bf(1), bf(1)}, std::array{bf(1), bf(1)}, from_bits(0xffc12345u))) ==
+          0xffc12345u);
+    // The same in an AMX lane: pair 1's NaN (a[2]) wins over pair 0's (a[0]) in the even lane.
+    CHECK(bits_of(tc::dot<tc::amx_bf16>(std::array{nan_a, bf(0), from_code(0x7f99), bf(0)},
+                                        std::array{bf(1), bf(0), bf(1), bf(0)}, 0.0f)) == 0x7fd90000u);
+}
+
+TEST_CASE("the chained-FMA arithmetic agrees with the CPU's float FMA in the normal range", "[tensor_core][amx]")
+{
+    using namespace tc_amx;
+    // fc::fma rounds in integers; std::fma (round to nearest, the default environment) is the
+    // check wherever its result is a normal float (no DAZ or FTZ can differ there).
+    std::mt19937 rng(7);
+    std::uniform_int_distribution<int> exponent(-70, 70), sign(0, 1), mantissa(0, 127);
+    std::uniform_int_distribution<std::uint32_t> low(0, 0x7fffffu);
+    int compared = 0;
+    for (int i = 0; i < 20000; ++i) {
+        const auto code = [&] {
+            return static_cast<std::uint32_t>(sign(rng) << 15 | (exponent(rng) + 127) << 7 | mantissa(rng)) << 16;
+        };
+        const std::uint32_t a = code(), b = code();
+        const std::uint32_t c = static_cast<std::uint32_t>(sign(rng)) << 31 |
+                                static_cast<std::uint32_t>(exponent(rng) + 127 + (i % 3) * 10 - 10) << 23 | low(rng);
+        const float expect = std::fma(from_bits(a), from_bits(b), from_bits(c));
+        if (!std::isnormal(expect)) continue;
+        ++compared;
+        INFO(a << " " << b << " " << c);
+        REQUIRE(fc::fma(a, b, c) == bits_of(expect));
+    }
+    CHECK(compared > 19000);
+}
+
+TEST_CASE("gemm<amx_bf16_gemm> and gemm<avx512_bf16_gemm> chain their instruction along K", "[tensor_core][amx]")
+{
+    using namespace tc_amx;
+    std::mt19937 rng(11);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    for (const std::size_t k : {std::size_t{1}, std::size_t{2}, std::size_t{31}, std::size_t{32}, std::size_t{70}}) {
+        const std::size_t m = 3, n = 5;
+        xt::xarray<bf16> a = xt::xarray<bf16>::from_shape({m, k}), b = xt::xarray<bf16>::from_shape({k, n});
+        for (auto& x : a) x = bf(normal(rng) * 8.0f);
+        for (auto& x : b) x = bf(normal(rng));
+        const xt::xarray<float> amx = tc::gemm<tc::amx_bf16_gemm>(a, b);
+        const xt::xarray<float> avx = tc::gemm<tc::avx512_bf16_gemm>(a, b);
+        REQUIRE(amx.shape()[0] == m);
+        REQUIRE(amx.shape()[1] == n);
+        for (std::size_t i = 0; i < m; ++i) {
+            for (std::size_t j = 0; j < n; ++j) {
+                std::vector<bf16> row(k), column(k);
+                for (std::size_t p = 0; p < k; ++p) {
+                    row[p] = a(i, p);
+                    column[p] = b(p, j);
+                }
+                // Instructions of 32 (AMX) and 2 (AVX512) products, each result the next one's C;
+                // an odd K ends with a zero product.
+                const std::size_t padded = (k + 1) / 2 * 2;
+                row.resize(padded, bf(0));
+                column.resize(padded, bf(0));
+                float amx_chain = 0.0f, avx_chain = 0.0f;
+                for (std::size_t s = 0; s < padded; s += 32) {
+                    const std::size_t w = std::min<std::size_t>(32, padded - s);
+                    amx_chain = tc::dot<tc::amx_bf16>(std::span<const bf16>(row.data() + s, w),
+                                                      std::span<const bf16>(column.data() + s, w), amx_chain);
+                }
+                for (std::size_t s = 0; s < padded; s += 2)
+                    avx_chain = tc::dot<tc::avx512_bf16>(std::span<const bf16>(row.data() + s, 2),
+                                                         std::span<const bf16>(column.data() + s, 2), avx_chain);
+                INFO("K = " << k << ", output " << i << ", " << j);
+                CHECK(bits_of(amx(i, j)) == bits_of(amx_chain));
+                CHECK(bits_of(avx(i, j)) == bits_of(avx_chain));
+                row.resize(k);
+                column.resize(k);
+                CHECK(bits_of(tc::gemm_dot<tc::amx_bf16_gemm>(row, column)) == bits_of(amx_chain));
+                CHECK(bits_of(tc::gemm_dot<tc::avx512_bf16_gemm>(row, column)) == bits_of(avx_chain));
+            }
+        }
+    }
+    // K = 0: +0; M or N = 0: empty; shapes that do not multiply: shape_error.
+    const xt::xarray<float> zero = tc::gemm<tc::amx_bf16_gemm>(xt::xarray<bf16>::from_shape({2, 0}),
+                                                               xt::xarray<bf16>::from_shape({0, 3}));
+    REQUIRE(zero.size() == 6);
+    for (const float x : zero) CHECK(bits_of(x) == 0u);
+    CHECK(tc::gemm<tc::amx_bf16_gemm>(xt::xarray<bf16>::from_shape({0, 4}), xt::xarray<bf16>::from_shape({4, 3})).size() == 0);
+    CHECK_THROWS_AS(tc::gemm<tc::amx_bf16_gemm>(xt::xarray<bf16>::from_shape({2, 4}), xt::xarray<bf16>::from_shape({3, 3})),
+                    shape_error);
+    CHECK_THROWS_AS(tc::gemm_dot<tc::amx_bf16_gemm>(std::vector<bf16>(3), std::vector<bf16>(4)), shape_error);
+    // The tags close their concepts, apart from the NVIDIA ones.
+    STATIC_REQUIRE(tc::FmaChainModelFor<tc::amx_bf16, bf16, bf16>);
+    STATIC_REQUIRE(!tc::FmaChainModelFor<tc::amx_bf16, Eigen::half, Eigen::half>);
+    STATIC_REQUIRE(tc::FmaGemmModelFor<tc::avx512_bf16_gemm, bf16, bf16>);
+    STATIC_REQUIRE(!tc::GemmModel<tc::amx_bf16_gemm>);
+    STATIC_REQUIRE(!tc::InnerProductModel<tc::amx_bf16>);
+}
