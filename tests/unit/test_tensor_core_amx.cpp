@@ -339,6 +339,10 @@ TEST_CASE("gemm<amx_bf16_gemm> and gemm<avx512_bf16_gemm> chain their instructio
         const xt::xarray<float> avx = tc::gemm<tc::avx512_bf16_gemm>(a, b);
         REQUIRE(amx.shape()[0] == m);
         REQUIRE(amx.shape()[1] == n);
+        // The entry point for float32 operands on the bf16 grid (matmul's recipes) gives the same bits.
+        std::vector<float> fa(a.begin(), a.end()), fb(b.begin(), b.end()), on_grid(m * n);
+        tc::detail::gemm_into_on_grid<tc::amx_bf16_gemm, bf16, bf16>(fa.data(), fb.data(), m, k, n, on_grid.data());
+        for (std::size_t i = 0; i < m * n; ++i) CHECK(bits_of(on_grid[i]) == bits_of(amx.data()[i]));
         for (std::size_t i = 0; i < m; ++i) {
             for (std::size_t j = 0; j < n; ++j) {
                 std::vector<bf16> row(k), column(k);

@@ -318,9 +318,44 @@ template <FmaChainModel Model, std::ranges::contiguous_range RA, std::ranges::co
                               std::span<const TB>(std::ranges::data(b), std::ranges::size(b)), c);
 }
 
+namespace detail {
+
+/// out (M x N, row-major) = gemm<Model>(a (M x K), b (K x N)), both row-major and contiguous; the
+/// entry point matmul's dispatch uses for the NVIDIA models (gemm.hpp), here for FmaGemmModels.
+/// Outputs are shared among OpenMP threads when the including program is built with OpenMP.
+template <FmaGemmModel Model, class TA, class TB>
+void gemm_into(const TA* a, const TB* b, std::size_t m, std::size_t k, std::size_t n, float* out)
+{
+    fma_chain::check_operands<typename Model::instruction, TA, TB>();
+    if (m == 0 || n == 0) return;
+    std::vector<std::uint32_t> rows(m * k), columns(n * k);
+    for (std::size_t i = 0; i < m * k; ++i) rows[i] = fma_chain::widen(a[i]);
+    for (std::size_t p = 0; p < k; ++p)
+        for (std::size_t j = 0; j < n; ++j) columns[j * k + p] = fma_chain::widen(b[p * n + j]);
+    const std::uint32_t* const r = rows.data();
+    const std::uint32_t* const c = columns.data();
+    scalify::detail::parallel_for(m, [=](std::size_t i) {
+        for (std::size_t j = 0; j < n; ++j)
+            out[i * n + j] = std::bit_cast<float>(fma_chain::chain<Model>(r + i * k, c + j * k, k));
+    });
+}
+
+/// gemm_into over float32 operands on the grids of TA and TB (a recipe's operands after their
+/// casts): the bits gemm_into gives for the operands stored as TA and TB.
+template <FmaGemmModel Model, class TA, class TB>
+void gemm_into_on_grid(const float* a, const float* b, std::size_t m, std::size_t k, std::size_t n, float* out)
+{
+    std::vector<TA> ta(m * k);
+    std::vector<TB> tb(k * n);
+    for (std::size_t i = 0; i < ta.size(); ++i) ta[i] = TA(a[i]);
+    for (std::size_t i = 0; i < tb.size(); ++i) tb[i] = TB(b[i]);
+    gemm_into<Model>(ta.data(), tb.data(), m, k, n, out);
+}
+
+}  // namespace detail
+
 /// a (M x K) . b (K x N) as Model's GEMM computes it; shape_error unless both are 2-D with matching
-/// inner dimensions. K = 0 gives +0 everywhere; M or N = 0 an empty M x N result. Outputs are
-/// shared among OpenMP threads when the including program is built with OpenMP.
+/// inner dimensions. K = 0 gives +0 everywhere; M or N = 0 an empty M x N result.
 template <FmaGemmModel Model, class TA, class TB>
 [[nodiscard]] xt::xarray<float> gemm(const xt::xarray<TA>& a, const xt::xarray<TB>& b)
 {
@@ -332,18 +367,7 @@ template <FmaGemmModel Model, class TA, class TB>
     }
     const std::size_t m = a.shape()[0], k = a.shape()[1], n = b.shape()[1];
     auto out = xt::xarray<float>::from_shape({m, n});
-    if (m == 0 || n == 0) return out;
-    std::vector<std::uint32_t> rows(m * k), columns(n * k);
-    for (std::size_t i = 0; i < m * k; ++i) rows[i] = detail::fma_chain::widen(a.data()[i]);
-    for (std::size_t p = 0; p < k; ++p)
-        for (std::size_t j = 0; j < n; ++j) columns[j * k + p] = detail::fma_chain::widen(b.data()[p * n + j]);
-    float* const result = out.data();
-    const std::uint32_t* const r = rows.data();
-    const std::uint32_t* const c = columns.data();
-    scalify::detail::parallel_for(m, [=](std::size_t i) {
-        for (std::size_t j = 0; j < n; ++j)
-            result[i * n + j] = std::bit_cast<float>(detail::fma_chain::chain<Model>(r + i * k, c + j * k, k));
-    });
+    detail::gemm_into<Model>(a.data(), b.data(), m, k, n, out.data());
     return out;
 }
 
