@@ -9,6 +9,7 @@
 
 #include <array>
 #include <bit>
+#include <cfenv>
 #include <cmath>
 #include <cstdint>
 #include <fstream>
@@ -371,6 +372,45 @@ TEST_CASE("gemm<amx_bf16_gemm> and gemm<avx512_bf16_gemm> chain their instructio
                 column.resize(k);
                 CHECK(bits_of(tc::gemm_dot<tc::amx_bf16_gemm>(row, column)) == bits_of(amx_chain));
                 CHECK(bits_of(tc::gemm_dot<tc::avx512_bf16_gemm>(row, column)) == bits_of(avx_chain));
+            }
+        }
+    }
+    // The float lanes with the CPU's FMA (gemm's fast path) against the integer chain (gemm_dot),
+    // on data that reaches every fallback: bf16 codes of all kinds (NaN, inf, subnormals, zeros)
+    // and exponents that make results tiny. Also under another rounding mode (the lanes stand
+    // aside).
+    std::uniform_int_distribution<int> any_code(0, 0xffff), small_exponent(-80, -50), coin(0, 3);
+    for (const int mode : {FE_TONEAREST, FE_UPWARD}) {
+        for (const std::size_t k : {std::size_t{33}, std::size_t{64}, std::size_t{70}}) {
+            const std::size_t m = 4, n = 37;
+            xt::xarray<bf16> a = xt::xarray<bf16>::from_shape({m, k}), b = xt::xarray<bf16>::from_shape({k, n});
+            const auto draw = [&](bf16& x, int row) {
+                const int what = coin(rng);
+                if (row % 2 == 0 && what == 0) x = from_code(static_cast<unsigned>(any_code(rng)));
+                else if (what == 1) x = bf(std::ldexp(normal(rng), small_exponent(rng)));
+                else if (what == 2 && row % 3 == 0) x = bf(0);
+                else x = bf(normal(rng));
+            };
+            for (std::size_t i = 0; i < m; ++i)
+                for (std::size_t p = 0; p < k; ++p) draw(a(i, p), static_cast<int>(i));
+            for (std::size_t p = 0; p < k; ++p)
+                for (std::size_t j = 0; j < n; ++j) draw(b(p, j), static_cast<int>(j));
+            const int previous = std::fegetround();
+            std::fesetround(mode);
+            const xt::xarray<float> amx = tc::gemm<tc::amx_bf16_gemm>(a, b);
+            const xt::xarray<float> avx = tc::gemm<tc::avx512_bf16_gemm>(a, b);
+            std::fesetround(previous);
+            for (std::size_t i = 0; i < m; ++i) {
+                for (std::size_t j = 0; j < n; ++j) {
+                    std::vector<bf16> row(k), column(k);
+                    for (std::size_t p = 0; p < k; ++p) {
+                        row[p] = a(i, p);
+                        column[p] = b(p, j);
+                    }
+                    INFO("mode " << mode << ", K = " << k << ", output " << i << ", " << j);
+                    CHECK(bits_of(amx(i, j)) == bits_of(tc::gemm_dot<tc::amx_bf16_gemm>(row, column)));
+                    CHECK(bits_of(avx(i, j)) == bits_of(tc::gemm_dot<tc::avx512_bf16_gemm>(row, column)));
+                }
             }
         }
     }

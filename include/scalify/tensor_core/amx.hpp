@@ -39,6 +39,8 @@
 
 #include <algorithm>
 #include <bit>
+#include <cfenv>
+#include <cmath>
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
@@ -273,6 +275,72 @@ template <FmaGemmModel Model>
     return acc;
 }
 
+inline constexpr std::size_t lane_width = 16;
+
+/// Whether a float step's result may differ from fma()'s: NaN (the payload rule), or nonzero and
+/// at most 2^-126 (the flush after rounding). Elsewhere a float operation rounded to nearest even
+/// gives fma()'s bits (inputs never subnormal: operands are flushed when decoded, every step's
+/// result is checked), zeros and infinities included.
+[[nodiscard]] inline std::uint32_t unsure(float r) noexcept
+{
+    // On the bits (integer compares vectorise; float ones would branch under -ftrapping-math).
+    const std::uint32_t m = std::bit_cast<std::uint32_t>(r) & 0x7fffffffu;
+    return static_cast<std::uint32_t>(m - 1u < 0x00800000u) | static_cast<std::uint32_t>(m > 0x7f800000u);
+}
+
+/// lane_width outputs of Model's GEMM in float lanes, with the CPU's FMA: a_row holds K operands
+/// (DAZ applied, K even), b_block K rows of lane_width (the same). Returns a mask of the outputs
+/// whose chain met a result unsure() calls unsafe (recomputed by chain()). Needs round to nearest.
+template <FmaGemmModel Model>
+[[nodiscard]] std::uint32_t lanes(const float* a_row, const float* b_block, std::size_t k, float* out) noexcept
+{
+    constexpr std::size_t W = lane_width;
+    constexpr std::size_t step = Model::instruction::k;
+    float acc[W] = {}, even[W], odd[W];
+    std::uint32_t bad[W] = {};
+    for (std::size_t s = 0; s < k; s += step) {
+        const std::size_t end = std::min(s + step, k);
+        if constexpr (Model::instruction::order == fma_chain_order::two_lanes_then_accumulator) {
+            for (std::size_t j = 0; j < W; ++j) even[j] = odd[j] = 0.0f;
+            for (std::size_t p = s; p < end; p += 2) {
+                const float a0 = a_row[p], a1 = a_row[p + 1];
+                const float* b0 = b_block + p * W;
+                const float* b1 = b0 + W;
+                for (std::size_t j = 0; j < W; ++j) {
+                    even[j] = std::fma(a0, b0[j], even[j]);
+                    odd[j] = std::fma(a1, b1[j], odd[j]);
+                    bad[j] = bad[j] | unsure(even[j]) | unsure(odd[j]);
+                }
+            }
+            for (std::size_t j = 0; j < W; ++j) {
+                const float lanes_sum = even[j] + odd[j];
+                acc[j] = acc[j] + lanes_sum;
+                bad[j] = bad[j] | unsure(lanes_sum) | unsure(acc[j]);
+            }
+        } else {
+            for (std::size_t p = s; p < end; p += 2) {
+                const float a0 = a_row[p], a1 = a_row[p + 1];
+                const float* b0 = b_block + p * W;
+                const float* b1 = b0 + W;
+                for (std::size_t j = 0; j < W; ++j) {
+                    const float first = std::fma(a1, b1[j], acc[j]);
+                    acc[j] = std::fma(a0, b0[j], first);
+                    bad[j] = bad[j] | unsure(first) | unsure(acc[j]);
+                }
+            }
+        }
+    }
+    std::uint32_t mask = 0;
+    for (std::size_t j = 0; j < W; ++j) {
+        out[j] = acc[j];
+        mask |= (bad[j] != 0 ? 1u : 0u) << j;
+    }
+    return mask;
+}
+
+/// The float an operand's widened bits stand for in the lanes: DAZ applied.
+[[nodiscard]] inline float lane_value(std::uint32_t widened) noexcept { return std::bit_cast<float>(daz(widened)); }
+
 template <FmaChainModel Model, class TA, class TB>
 constexpr void check_operands() noexcept
 {
@@ -334,9 +402,33 @@ void gemm_into(const TA* a, const TB* b, std::size_t m, std::size_t k, std::size
         for (std::size_t j = 0; j < n; ++j) columns[j * k + p] = fma_chain::widen(b[p * n + j]);
     const std::uint32_t* const r = rows.data();
     const std::uint32_t* const c = columns.data();
-    scalify::detail::parallel_for(m, [=](std::size_t i) {
-        for (std::size_t j = 0; j < n; ++j)
-            out[i * n + j] = std::bit_cast<float>(fma_chain::chain<Model>(r + i * k, c + j * k, k));
+    // The lanes use the CPU's float FMA: only under round to nearest (the default environment).
+    if (std::fegetround() != FE_TONEAREST) {
+        scalify::detail::parallel_for(m, [=](std::size_t i) {
+            for (std::size_t j = 0; j < n; ++j)
+                out[i * n + j] = std::bit_cast<float>(fma_chain::chain<Model>(r + i * k, c + j * k, k));
+        });
+        return;
+    }
+    // Float panels, DAZ applied, K padded to even with a zero product (as chain() does): A by
+    // rows, B in blocks of lane_width columns, K rows each; columns past N are zeros.
+    constexpr std::size_t W = fma_chain::lane_width;
+    const std::size_t kp = (k + 1) / 2 * 2, blocks = (n + W - 1) / W;
+    std::vector<float> a_panel(m * kp, 0.0f), b_panel(blocks * kp * W, 0.0f);
+    for (std::size_t i = 0; i < m; ++i)
+        for (std::size_t p = 0; p < k; ++p) a_panel[i * kp + p] = fma_chain::lane_value(r[i * k + p]);
+    for (std::size_t j = 0; j < n; ++j)
+        for (std::size_t p = 0; p < k; ++p) b_panel[((j / W) * kp + p) * W + j % W] = fma_chain::lane_value(c[j * k + p]);
+    const float* const ap = a_panel.data();
+    const float* const bp = b_panel.data();
+    scalify::detail::parallel_for(m * blocks, [=](std::size_t task) {
+        const std::size_t i = task / blocks, block = task % blocks, j0 = block * W, width = std::min(W, n - j0);
+        float lane_out[W];
+        const std::uint32_t unsure = fma_chain::lanes<Model>(ap + i * kp, bp + block * kp * W, kp, lane_out);
+        for (std::size_t j = 0; j < width; ++j) {
+            out[i * n + j0 + j] = (unsure >> j) & 1u ? std::bit_cast<float>(fma_chain::chain<Model>(r + i * k, c + (j0 + j) * k, k))
+                                                     : lane_out[j];
+        }
     });
 }
 
