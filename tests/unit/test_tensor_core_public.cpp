@@ -580,3 +580,73 @@ TEST_CASE("tf32 units read float operands as tf32; float16 accumulators round on
     q[0] = float8_e4m3fn(-448.0f);
     CHECK(static_cast<float>(tc::dot<tc::ada_qmma_f16acc>(p, q, half(0.0f))) == -inf);  // -200704 overflows float16
 }
+
+namespace tc_public {
+/// A tf32 chain reading its operands to nearest even.
+struct tf32_nearest_unit : tc::inner_product_model<25, 24, 8, tc::tf32_operands<tc::tf32_input::nearest_even>> {
+    static constexpr const char* name = "tf32_nearest_unit";
+};
+struct tf32_nearest_chain : tc::gemm_model<tf32_nearest_unit, 0> {
+    static constexpr const char* name = "tf32_nearest_chain";
+};
+
+/// gemm<Model> over float data (lanes where the data allow, the engine otherwise) against
+/// gemm_dot<Model> (the engine) per output, bit for bit.
+template <tc::GemmModel Model>
+void check_tf32_chain(const xt::xarray<float>& a, const xt::xarray<float>& b)
+{
+    const std::size_t m = a.shape()[0], k = a.shape()[1], n = b.shape()[1];
+    const xt::xarray<float> d = tc::gemm<Model>(a, b);
+    std::vector<float> row(k), column(k);
+    std::size_t mismatches = 0;
+    for (std::size_t i = 0; i < m; ++i) {
+        for (std::size_t p = 0; p < k; ++p) row[p] = a(i, p);
+        for (std::size_t j = 0; j < n; ++j) {
+            for (std::size_t p = 0; p < k; ++p) column[p] = b(p, j);
+            mismatches += bits_of(d(i, j)) == bits_of(tc::gemm_dot<Model>(row, column)) ? 0 : 1;
+        }
+    }
+    INFO(Model::name << " " << m << "x" << k << "x" << n);
+    CHECK(mismatches == 0);
+}
+}  // namespace tc_public
+
+TEST_CASE("the tf32 chains in lanes equal the reference engine", "[tensor_core][public][tf32][gemm]")
+{
+    using namespace tc_public;
+    std::mt19937 rng(31);
+    // Random float32 bit patterns of moderate exponents, low mantissa bits set (so truncation and
+    // rounding differ), a sixteenth zero, both signs: the lanes' data.
+    std::uniform_int_distribution<std::uint32_t> mantissa(0, 0x7fffff);
+    std::uniform_int_distribution<int> field(127 - 20, 127 + 20), pick(0, 15);
+    const auto fill = [&](xt::xarray<float>& x) {
+        for (auto& e : x) {
+            const std::uint32_t sign = pick(rng) < 8 ? 0x80000000u : 0u;
+            e = pick(rng) == 0 ? 0.0f : std::bit_cast<float>(sign | static_cast<std::uint32_t>(field(rng)) << 23 | mantissa(rng));
+        }
+    };
+    auto a = xt::xarray<float>::from_shape({5, 45});
+    auto b = xt::xarray<float>::from_shape({45, 37});
+    fill(a);
+    fill(b);
+    check_tf32_chain<tc::a100_tf32_chain>(a, b);
+    check_tf32_chain<tc::h100_tf32_chain>(a, b);
+    check_tf32_chain<tf32_nearest_chain>(a, b);
+    // A value just below a power of two rounds up to it under nearest_even.
+    a(0, 0) = std::bit_cast<float>(0x3fffffffu);
+    check_tf32_chain<tf32_nearest_chain>(a, b);
+    // NaN and inf operands: the outputs they reach go through the engine.
+    a(1, 3) = std::numeric_limits<float>::quiet_NaN();
+    b(7, 2) = -std::numeric_limits<float>::infinity();
+    b(8, 30) = std::bit_cast<float>(0x7f800001u);  // a NaN whose payload tf32 drops
+    check_tf32_chain<tc::a100_tf32_chain>(a, b);
+    check_tf32_chain<tc::ada_tf32_chain>(a, b);
+    check_tf32_chain<tf32_nearest_chain>(a, b);
+    // Out of the lanes' range: a float32 subnormal, a huge value; the whole product runs the engine.
+    fill(a);
+    a(2, 2) = 0x1p-140f + 0x1p-149f;
+    check_tf32_chain<tc::b200_tf32_chain>(a, b);
+    fill(a);
+    a(4, 44) = 0x1.fffffep+127f;
+    check_tf32_chain<tc::h100_tf32_chain>(a, b);
+}

@@ -97,6 +97,23 @@ inline constexpr int min_exponent = (Format::has_zero ? 1 : 0) - Format::bias;
 template <FloatFormat Format>
 inline constexpr int max_exponent = static_cast<int>(Format::max_magnitude >> Format::mantissa_bits) - Format::bias;
 
+/// What the lanes need of an operand type as a unit's operand set reads it: mantissa bits, and
+/// the nominal exponents of the smallest nonzero and the largest finite value.
+template <class Operands, class T>
+struct lane_format {
+    using format = format_of<T>;
+    static constexpr int mantissa_bits = format::mantissa_bits;
+    static constexpr int smallest_exponent = min_exponent<format>;
+    static constexpr int largest_exponent = max_exponent<format>;
+};
+/// float read as tf32: 10 mantissa bits, float32's exponent range.
+template <tf32_input Input>
+struct lane_format<tf32_operands<Input>, float> {
+    static constexpr int mantissa_bits = 10;
+    static constexpr int smallest_exponent = -126;
+    static constexpr int largest_exponent = 127;
+};
+
 /// Exponent of a zero operand or accumulator in the lanes: every sum with it lies below any real
 /// exponent.
 inline constexpr std::int16_t lane_zero_exponent = -4096;
@@ -146,22 +163,22 @@ template <InnerProductModel Instruction, class TA, class TB>
 struct lane_fit {
     using rules = typename Instruction::rules;
     using plan = lane_plan<Instruction>;
-    using fa = format_of<TA>;
-    using fb = format_of<TB>;
+    using fa = lane_format<typename Instruction::operands, TA>;
+    using fb = lane_format<typename Instruction::operands, TB>;
     /// A product at emax is a whole number of units 2^(emax - F).
     static constexpr int product_shift = plan::F - fa::mantissa_bits - fb::mantissa_bits;
     static constexpr bool operands_fit_float =
-        fa::mantissa_bits + fb::mantissa_bits + 2 <= 24 && min_exponent<fa> >= -126 && min_exponent<fb> >= -126 &&
-        min_exponent<fa> - fa::mantissa_bits >= -149 && min_exponent<fb> - fb::mantissa_bits >= -149 &&
-        max_exponent<fa> <= 127 && max_exponent<fb> <= 127;
+        fa::mantissa_bits + fb::mantissa_bits + 2 <= 24 && fa::smallest_exponent >= -126 && fb::smallest_exponent >= -126 &&
+        fa::smallest_exponent - fa::mantissa_bits >= -149 && fb::smallest_exponent - fb::mantissa_bits >= -149 &&
+        fa::largest_exponent <= 127 && fb::largest_exponent <= 127;
     static constexpr bool terms_fit_int32 =
         plan::F + 2 <= 30 && plan::K * ((std::uint64_t{1} << (plan::F + 2)) - 1) <= std::uint64_t{INT32_MAX};
     static constexpr bool usable = rules::exponent == product_exponent::nominal &&
                                    rules::alignment == rounding_mode::toward_zero &&
                                    rules::normalisation == rounding_mode::toward_zero && product_shift >= 0 &&
                                    operands_fit_float && terms_fit_int32 && plan::bits <= 53;
-    static constexpr bool always_in_range =
-        plan::in_range(min_exponent<fa>, max_exponent<fa>, min_exponent<fb>, max_exponent<fb>, ~std::size_t{0});
+    static constexpr bool always_in_range = plan::in_range(fa::smallest_exponent, fa::largest_exponent,
+                                                           fb::smallest_exponent, fb::largest_exponent, ~std::size_t{0});
 };
 
 inline constexpr std::size_t lane_width = 32;
@@ -307,6 +324,53 @@ template <EncodedFloat T, bool TrackRange>
 [[nodiscard]] gemm_operand gemm_operand_on_grid(const float* data) noexcept
 {
     return {data, &read_lane_operands<T, TrackRange, float>, &read_operands<T, float>};
+}
+
+/// float32 operands as a tf32 unit reads them, for the lanes: the tf32 value as a float (exact),
+/// its nominal exponent, the exponent range of the nonzero finite ones; decompose_tf32 spelled out
+/// on the bits, branch-free.
+template <tf32_input Input>
+lane_run read_tf32_lane_operands(const void* data, std::size_t first, std::size_t count, float* value,
+                                 std::int16_t* exponent, unsigned char* special) noexcept
+{
+    const float* x = static_cast<const float*>(data) + first;
+    int low = lane_run{}.min_exponent, high = lane_run{}.max_exponent;
+    unsigned specials = 0;
+    for (std::size_t i = 0; i < count; ++i) {
+        const auto bits = std::bit_cast<std::uint32_t>(x[i]);
+        std::uint32_t magnitude = bits & 0x7fffffffu;
+        const bool nan = magnitude > 0x7f800000u;
+        if constexpr (Input == tf32_input::nearest_even) {
+            const std::uint32_t rest = magnitude & 0x1fffu;
+            const std::uint32_t up = (rest > 0x1000u || (rest == 0x1000u && (magnitude & 0x2000u) != 0)) ? 0x2000u : 0u;
+            magnitude = nan || magnitude == 0x7f800000u ? magnitude : (magnitude & ~std::uint32_t{0x1fffu}) + up;
+        } else {
+            magnitude &= ~std::uint32_t{0x1fffu};
+        }
+        const int field = static_cast<int>(magnitude >> 23);
+        const bool non_finite = nan || field == 0xff;
+        const bool zero = magnitude == 0;
+        const int e = std::max(field - 127, -126);
+        value[i] = non_finite ? 0.0f : std::bit_cast<float>((bits & 0x80000000u) | magnitude);
+        exponent[i] = static_cast<std::int16_t>(non_finite || zero ? int(lane_zero_exponent) : e);
+        specials |= non_finite ? 1u : 0u;
+        const bool counted = !non_finite && !zero;
+        low = counted ? std::min(low, e) : low;
+        high = counted ? std::max(high, e) : high;
+        if (special) special[i] |= non_finite ? 1 : 0;
+    }
+    lane_run run;
+    run.special = specials != 0;
+    run.min_exponent = low;
+    run.max_exponent = high;
+    return run;
+}
+
+/// float32 operands of a tf32 unit (operand set Operands), as both paths read them.
+template <class Operands>
+[[nodiscard]] gemm_operand gemm_operand_tf32(const float* data) noexcept
+{
+    return {data, &read_tf32_lane_operands<Operands::input>, &read_tf32_operands<Operands::input>};
 }
 
 /// One row of A against one block of columns: the whole chain along K, lane by lane.
@@ -517,10 +581,14 @@ void gemm_into(const TA* a, const TB* b, std::size_t m, std::size_t k, std::size
         return;
     }
     using operands = typename Model::instruction::operands;
-    if constexpr (EncodedFloat<TA> && EncodedFloat<TB>) {  // not the tf32 units' float operands
+    if constexpr (reads_tf32<operands>) {
+        // float32 operands read as tf32: lanes over data in range (checked), else the engine.
         if constexpr (lane_fit<typename Model::instruction, TA, TB>::usable) {
-            if (gemm_lanes<Model>(a, b, m, k, n, out)) return;
+            if (gemm_lanes<Model>(gemm_operand_tf32<operands>(a), gemm_operand_tf32<operands>(b), true, m, k, n, out))
+                return;
         }
+    } else if constexpr (lane_fit<typename Model::instruction, TA, TB>::usable) {
+        if (gemm_lanes<Model>(a, b, m, k, n, out)) return;
     }
     gemm_reference<Model>(operands_for<operands>(a), operands_for<operands>(b), m, k, n, out);
 }
@@ -537,9 +605,8 @@ void gemm_into_on_grid(const float* a, const float* b, std::size_t m, std::size_
         return;
     }
     if constexpr (reads_tf32<typename Model::instruction::operands>) {
-        // float32 operands, read as tf32 by the unit itself.
-        using operands = typename Model::instruction::operands;
-        gemm_reference<Model>(operands_for<operands>(a), operands_for<operands>(b), m, k, n, out);
+        // float32 operands, read as tf32 by the unit itself: gemm_into's path.
+        gemm_into<Model>(a, b, m, k, n, out);
     } else {
         using fit = lane_fit<typename Model::instruction, TA, TB>;
         if constexpr (fit::usable) {
