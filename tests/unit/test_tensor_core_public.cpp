@@ -650,3 +650,21 @@ TEST_CASE("the tf32 chains in lanes equal the reference engine", "[tensor_core][
     a(4, 44) = 0x1.fffffep+127f;
     check_tf32_chain<tc::h100_tf32_chain>(a, b);
 }
+
+TEST_CASE("a float16 accumulator joins with its value's exponent, a float16 operand with its nominal one",
+          "[tensor_core][public][f16acc]")
+{
+    using namespace tc_public;
+    using half = Eigen::half;
+    // 2^-20, a float16 subnormal: as an operand its exponent is the nominal -14, as C floor(log2).
+    CHECK(tc::detail::decompose(half(0x1p-20f)).exponent == -14);
+    CHECK(tc::detail::decompose_accumulator(half(0x1p-20f)).exponent == -20);
+    // The products 2^-20 * 1 (nominal exponent -14) and 2^-24 * 2^-16 = 2^-40 (nominal -28): the
+    // units are 2^(-14 - 25) = 2^-39, so 2^-40 is cut (it would stay at floor(log2) exponents).
+    std::array<half, 16> h{}, g{};
+    h[0] = half(0x1p-20f);
+    g[0] = half(1.0f);
+    h[1] = half(0x1p-24f);
+    g[1] = half(0x1p-16f);
+    CHECK(tc::dot<tc::h100_hmma>(h, g, 0.0f) == 0x1p-20f);
+}

@@ -225,10 +225,15 @@ template <class Operands, class T>
     return x;
 }
 
-/// A float16 accumulator as an operand: its value's, floor(log2 |c|) (subnormals included, as
-/// for float32; MMA-Sim clamps a float16 subnormal's exponent to -14 instead, which the capture
-/// cannot tell apart).
-[[nodiscard]] inline operand decompose(Eigen::half c) noexcept { return decompose(static_cast<float>(c)); }
+/// The accumulator C as a term: float32 as decompose(float) says; a float16 C with its value's
+/// exponent floor(log2 |c|) too (subnormals included; MMA-Sim clamps a float16 subnormal's
+/// exponent to -14 instead, which the capture cannot tell apart). Not decompose(Eigen::half): an
+/// Eigen::half operand has its nominal exponent.
+[[nodiscard]] inline operand decompose_accumulator(float c) noexcept { return decompose(c); }
+[[nodiscard]] inline operand decompose_accumulator(Eigen::half c) noexcept
+{
+    return decompose(static_cast<float>(c));
+}
 
 /// NVIDIA's canonical float32 NaN.
 [[nodiscard]] inline float canonical_nan() noexcept { return std::bit_cast<float>(0x7fffffffu); }
@@ -341,7 +346,7 @@ template <InnerProductModel Model, class ReadA, class ReadB>
     static_assert(sum_bits<Model> <= 62, "F and K too large for the 64-bit exact sum");
 
     // Non-finite values first: they decide the result alone.
-    const operand acc = decompose(c);
+    const operand acc = decompose_accumulator(c);
     bool nan = acc.what == operand::kind::nan;
     bool plus_inf = acc.what == operand::kind::infinite && !acc.negative;
     bool minus_inf = acc.what == operand::kind::infinite && acc.negative;
