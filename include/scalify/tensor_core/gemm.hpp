@@ -8,12 +8,12 @@
 ///     xt::xarray<float8_e4m3fn> b = ...;  // K x N
 ///     xt::xarray<float> d = tensor_core::gemm<tensor_core::h100_cublaslt_fp8>(a, b);
 ///
-/// Speed: under the H100 rules (fp8 pairs, f16, and bf16 data whose exponents keep every result in
-/// float32's normal range), each aligned term is trunc(a * b * 2^(F - emax)), exact in float
+/// Speed: under the H100 rules (fp8 pairs, f16, and bf16 or tf32 data whose exponents keep every
+/// result in float32's normal range), each aligned term is trunc(a * b * 2^(F - emax)), exact in float
 /// lanes, summed in int32 lanes: every step runs across 32 outputs at once in plain float and
 /// int32 vector code (SSE2, AVX2 and AVX-512 alike); outputs are shared among OpenMP threads when
 /// the including program is compiled with OpenMP (as Eigen's GEMM does), otherwise one thread.
-/// Everything else (other rules, bf16 data out of that range, the outputs a NaN or inf code
+/// Everything else (other rules, bf16 or tf32 data out of that range, the outputs a NaN or inf code
 /// reaches) runs the reference engine of dot.hpp per output.
 /// M, N or K of 0: an M x N result, all +0 when K = 0.
 
