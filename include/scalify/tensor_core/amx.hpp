@@ -2,9 +2,10 @@
 /// \file tensor_core/amx.hpp
 /// Intel's bf16 matrix and vector units, bit for bit: AMX TDPBF16PS (amx_bf16) and AVX512_BF16
 /// VDPBF16PS (avx512_bf16), measured on a Xeon with AMX-BF16 (Sapphire or Emerald Rapids: the VM
-/// hides which; tools/capture_amx.cpp, tests/data/amx/). Neither fits inner_product_model: they do not align a block of products to
-/// one exponent but chain float32 fused multiply-adds, each rounded to nearest even, with bf16
-/// and accumulator subnormals read as zero (DAZ) and subnormal results flushed to zero (FTZ):
+/// hides which; tools/capture_amx.cpp, tests/data/amx/). Neither fits inner_product_model: they
+/// do not align a block of products to one exponent but chain float32 fused multiply-adds, each
+/// rounded to nearest even, with bf16 and accumulator subnormals read as zero (DAZ) and subnormal
+/// results flushed to zero (FTZ):
 ///
 /// - TDPBF16PS, per output, K = 2 * pairs (pairs = the A tile's colsb / 4, at most 16):
 ///       even = +0; odd = +0
@@ -15,8 +16,9 @@
 /// Every step (fma or add) is one float32 operation rounded to nearest even as if the exponent
 /// were unbounded, then flushed to a zero of its sign if below 2^-126 (tininess after rounding);
 /// overflow gives inf. NaN: an operand's NaN, quieted, the first in the order (a, b, accumulator)
-/// of each fma (so a later product's NaN replaces the chain's) and (left, right) of each add; inf * 0 and inf - inf give 0xffc00000 (x86's
-/// default NaN). MXCSR is neither read nor written (the capture ran under two MXCSR settings).
+/// of each fma (so a later product's NaN replaces the chain's) and (left, right) of each add;
+/// inf * 0 and inf - inf give 0xffc00000 (x86's default NaN). MXCSR is neither read nor written
+/// (the capture ran under two MXCSR settings with the same bits).
 ///
 ///     std::array<Eigen::bfloat16, 32> a{...}, b{...};
 ///     float d = tensor_core::dot<tensor_core::amx_bf16>(a, b, 0.0f);          // one TDPBF16PS output
@@ -24,7 +26,8 @@
 ///
 /// The models take the same spellings as the NVIDIA ones (dot, gemm, gemm_dot) through overloads
 /// constrained on FmaChainModel and FmaGemmModel; they are not GemmModels, so matmul's accumulation
-/// models and scopes do not take them. AMX-FP16 (TDPFP16PS) is not modelled: it was not captured
+/// models and scopes do not take them yet (detail::gemm_into below is the entry point matmul's
+/// dispatch would call). AMX-FP16 (TDPFP16PS) is not modelled: it was not captured
 /// (the capturing CPU lacks it), and the SDM text available states its rounding and denormal
 /// handling but not the order of its additions. docs: the AMX section of docs/tensor_core.md.
 
@@ -115,9 +118,9 @@ concept FmaGemmModel = std::is_base_of_v<fma_gemm_model<typename M::instruction>
 template <class M, class TA, class TB>
 concept FmaGemmModelFor = FmaGemmModel<M> && FmaChainModelFor<typename M::instruction, TA, TB>;
 
-/// A bf16 GEMM on AMX (as oneDNN's brgemm runs one: C tiles kept across the K loop, 32 of K per
-/// TDPBF16PS). The instruction is measured; the chain along K is the natural order, not a
-/// captured library GEMM.
+/// A bf16 GEMM on AMX as a kernel that keeps its C tiles across the K loop runs it: 32 of K per
+/// TDPBF16PS, in increasing k. The instruction is measured; the chain along K is the natural
+/// order, not a captured library GEMM (oneDNN's, for one, was not captured).
 struct amx_bf16_gemm : fma_gemm_model<amx_bf16> {
     static constexpr const char* name = "amx_bf16_gemm";
 };
