@@ -87,8 +87,8 @@ template <class X, class Y>
     const auto a = detail::lift<S>(x);
     const auto b = detail::lift<S>(y);
     return detail::record_op<S>("add", scalify::add<S>(a.value(), b.value()), std::tuple{a, b},
-                                [](const auto& g, const auto&, const auto& av, const auto& bv) {
-                                    auto r = scalify::add_vjp<S>(g, av.shape(), bv.shape());
+                                [](auto&& g, const auto&, const auto& av, const auto& bv) {
+                                    auto r = scalify::add_vjp<S>(std::forward<decltype(g)>(g), av.shape(), bv.shape());
                                     return std::tuple{std::move(r.first), std::move(r.second)};
                                 });
 }

@@ -625,6 +625,18 @@ template <class Strategy = default_scaling, class G, class P, class SA, class SB
     return vjp_pair<ScaledArray<G, P>, ScaledArray<G, P>>{detail::unbroadcast<Strategy, ops::vjp<ops::add, 0>>(g, a_shape),
                                                           detail::unbroadcast<Strategy, ops::vjp<ops::add, 1>>(g, b_shape)};
 }
+/// The same from an expiring cotangent: the operand of g's own shape takes g's memory.
+template <class Strategy = default_scaling, class G, class P, class SA, class SB>
+[[nodiscard]] auto add_vjp(ScaledArray<G, P>&& g, const SA& a_shape, const SB& b_shape)
+{
+    using pair = vjp_pair<ScaledArray<G, P>, ScaledArray<G, P>>;
+    if (detail::broadcast_axes(g.shape(), a_shape).empty()) {
+        auto gb = detail::unbroadcast<Strategy, ops::vjp<ops::add, 1>>(std::as_const(g), b_shape);
+        return pair{std::move(g), std::move(gb)};
+    }
+    auto ga = detail::unbroadcast<Strategy, ops::vjp<ops::add, 0>>(std::as_const(g), a_shape);
+    return pair{std::move(ga), detail::unbroadcast<Strategy, ops::vjp<ops::add, 1>>(std::move(g), b_shape)};
+}
 
 /// y = a - b: ga = g, gb = -g.
 template <class Strategy = default_scaling, class G, class P, class SA, class SB>

@@ -228,9 +228,9 @@ void gemm_row_major(const xt::xarray<A>& a, const xt::xarray<B>& b, std::size_t 
                     Grids grids)
 {
     if constexpr (TransposeA) {
-        gemm_row_major<Gemm, false, TransposeB>(transposed_copy(a), b, m, k, n, out, grids);
+        gemm_row_major<Gemm, false, TransposeB>(transposed_copy(a, k, m), b, m, k, n, out, grids);
     } else if constexpr (TransposeB) {
-        gemm_row_major<Gemm, false, false>(a, transposed_copy(b), m, k, n, out, grids);
+        gemm_row_major<Gemm, false, false>(a, transposed_copy(b, n, k), m, k, n, out, grids);
     } else if constexpr (is_on_grid<Gemm>) {
         gemm_on_grids<typename Gemm::model>(a.data(), b.data(), grids, m, k, n, out);
     } else {
@@ -239,16 +239,25 @@ void gemm_row_major(const xt::xarray<A>& a, const xt::xarray<B>& b, std::size_t 
 }
 
 /// (M, K, N) of a 2-D product whose operands may be stored transposed, or shape_error naming both
-/// shapes. One function per shape type, not per operand type.
+/// shapes. An operand of more than two axes is read as the matrix of its rows (the product of
+/// its leading extents by its last), which is its row-major memory: the batched product's
+/// rows and its backward pass multiply (B, T, K) activations without reshaped copies. The
+/// public entry points pass 2-D operands only. One function per shape type, not per operand type.
 template <class Shape>
 [[nodiscard]] std::array<std::size_t, 3> matmul_extents(const Shape& a, bool transpose_a, const Shape& b, bool transpose_b)
 {
-    if (a.size() != 2 || b.size() != 2 || a[transpose_a ? 0 : 1] != b[transpose_b ? 1 : 0]) {
+    const auto matrix = [](const Shape& s) -> std::array<std::size_t, 2> {
+        std::array<std::size_t, 2> rows_cols{1, s.empty() ? 0 : static_cast<std::size_t>(s[s.size() - 1])};
+        for (std::size_t d = 0; d + 1 < s.size(); ++d) rows_cols[0] *= static_cast<std::size_t>(s[d]);
+        return rows_cols;
+    };
+    const auto ma = matrix(a), mb = matrix(b);
+    if (a.size() < 2 || b.size() < 2 || ma[transpose_a ? 0 : 1] != mb[transpose_b ? 1 : 0]) {
         SCALIFY_THROW(shape_error(fmt::format("matmul: shapes {}{} and {}{} do not multiply (need (M, K) and (K, N))",
                                               shape_string(a), transpose_a ? " transposed" : "", shape_string(b),
                                               transpose_b ? " transposed" : "")));
     }
-    return {a[transpose_a ? 1 : 0], a[transpose_a ? 0 : 1], b[transpose_b ? 0 : 1]};
+    return {ma[transpose_a ? 1 : 0], ma[transpose_a ? 0 : 1], mb[transpose_b ? 0 : 1]};
 }
 
 /// The checked output scale of a matmul under a static rule (no amax needed).
@@ -512,6 +521,25 @@ template <bool NeedsAmax, class R, class C, ScalePolicy P>
                                                      const scale_request& request, scale_rule rule)
 {
     const std::size_t batches = s.batch_count(), m = s.m, k = s.k, n = s.n;
+    if constexpr (!NeedsAmax && std::same_as<R, C>) {
+        // Static scale: natural / scale folds into each batch's GEMM alpha, written straight into
+        // the result (as the 2-D product does: eigen_matmul).
+        const float scale = static_matmul_scale<P>(request, rule);
+        xt::xarray<R> data = xt::xarray<R>::from_shape(s.out);
+        if (scale == 0.0f || request.natural == 0.0f || k == 0) {
+            std::fill_n(data.data(), data.size(), C(0));
+        } else {
+            const auto alpha = static_cast<C>(double(request.natural) / double(scale));
+            parallel_for(batches, [&](std::size_t t) {
+                gemm_any_thread_count<C, false, false>(a + s.operand_batch(s.a_batch, t) * m * k,
+                                                       b + s.operand_batch(s.b_batch, t) * k * n, m, k, n,
+                                                       data.data() + t * m * n, alpha);
+            });
+        }
+        ScaledArray<R, P> result(std::move(data), request.natural == 0.0f ? 0.0f : scale);
+        check_output("matmul", result);
+        return result;
+    }
     std::vector<C> raw(batches * m * n);  // zeros: a k == 0 product stays so
     parallel_for(batches, [&](std::size_t t) {
         // Each batch as a scale-1 product under natural scaling would compute: alpha 1, the
@@ -542,8 +570,10 @@ template <bool NeedsAmax, class Out, class Gemm, class A, class PA, class B, cla
     if (s.b_batch.empty()) {
         std::optional<ScaledArray<B, PB>> column;  // a 1-D b as a (K, 1) matrix
         if (s.b_vector) column = with_shape(b, {k, 1});
-        const auto rows = with_shape(a, {batches * m, k});
-        return with_shape(matmul_with<NeedsAmax, Out, Gemm>(rows, column ? *column : b, rule, no_buffer{}, grids), s.out);
+        std::optional<ScaledArray<A, PA>> row;  // a 1-D a as a (1, K) matrix; more axes are read as rows in place
+        if (s.a_vector) row = with_shape(a, {batches * m, k});
+        return with_shape(matmul_with<NeedsAmax, Out, Gemm>(row ? *row : a, column ? *column : b, rule, no_buffer{}, grids),
+                          s.out);
     }
     const scale_request request = matmul_request(a, b, k);
     if constexpr (std::is_void_v<Gemm>) {
@@ -681,19 +711,27 @@ template <class Strategy, class Out, class G, class PG, class A, class PA, class
                                               shape_string(s.out))));
     }
     const std::size_t m = s.m, k = s.k, n = s.n;
-    const auto matrix_b = s.b_vector ? with_shape(b, {k, 1}) : b;
+    std::optional<ScaledArray<B, PB>> column;  // a 1-D b as a (K, 1) matrix
+    if (s.b_vector) column = with_shape(b, {k, 1});
+    const ScaledArray<B, PB>& matrix_b = column ? *column : b;
     using GA = decltype(matmul_transposed_b<Strategy, Out>(g, b));
     using GB = decltype(matmul_transposed_a<Strategy, Out>(a, g));
     vjp_pair<GA, GB> result;
     const std::vector<std::size_t> a_shape(a.shape().begin(), a.shape().end());
     const std::vector<std::size_t> b_shape(b.shape().begin(), b.shape().end());
     if (s.b_batch.empty()) {
+        // g and a of more than one axis are read as their rows in place (matmul_extents); g
+        // lacks its N axis where b is a vector, and its M axis where a is one.
         const std::size_t rows = s.batch_count() * m;
-        const auto g_rows = with_shape(g, {rows, n});
+        std::optional<ScaledArray<G, PG>> g_row;
+        if (s.a_vector || s.b_vector) g_row = with_shape(g, {rows, n});
+        const ScaledArray<G, PG>& g_rows = g_row ? *g_row : g;
         if (need_a) result.first = with_shape(matmul_transposed_b<Strategy, Out>(g_rows, matrix_b, grids_of(grids, &vjp_grids::g, &vjp_grids::b)), a_shape);
         if (need_b) {
+            std::optional<ScaledArray<A, PA>> a_row;
+            if (s.a_vector) a_row = with_shape(a, {rows, k});
             result.second =
-                with_shape(matmul_transposed_a<Strategy, Out>(with_shape(a, {rows, k}), g_rows,
+                with_shape(matmul_transposed_a<Strategy, Out>(a_row ? *a_row : a, g_rows,
                                                        grids_of(grids, &vjp_grids::a, &vjp_grids::g)), b_shape);
         }
         return result;

@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <limits>
+#include <utility>
 #include <vector>
 
 namespace scalify {
@@ -209,32 +210,48 @@ template <class Strategy = default_scaling, class Out = void, class T, class P>
 
 namespace detail {
 
-/// g summed over the axes that broadcasting added or stretched, so it has `shape`, stored under
-/// Op's rule (contraction: the elements summed per output). shape_error if `shape` does not
-/// broadcast to g's shape.
-template <class Strategy, class Op = ops::reduce_sum, class T, class P, class Shape>
-[[nodiscard]] ScaledArray<T, P> unbroadcast(const ScaledArray<T, P>& g, const Shape& shape)
+/// The axes of a cotangent of shape `from` that broadcasting added or stretched from `shape`
+/// (empty: the shapes are equal). shape_error if `shape` does not broadcast to `from`.
+template <class From, class Shape>
+[[nodiscard]] std::vector<std::size_t> broadcast_axes(const From& from, const Shape& shape)
 {
-    const std::size_t rank = g.dimension();
+    const std::size_t rank = from.size();
     bool fits = shape.size() <= rank;
     const std::size_t lead = fits ? rank - shape.size() : 0;
     std::vector<std::size_t> axes;
     for (std::size_t d = 0; fits && d < rank; ++d) {
         if (d < lead) {
             axes.push_back(d);
-        } else if (shape[d - lead] != g.shape()[d]) {
+        } else if (shape[d - lead] != from[d]) {
             fits = shape[d - lead] == 1;
             axes.push_back(d);
         }
     }
     if (!fits) {
         SCALIFY_THROW(shape_error(fmt::format("vjp: operand shape {} does not broadcast to the cotangent's shape {}",
-                                              shape_string(shape), shape_string(g.shape()))));
+                                              shape_string(shape), shape_string(from))));
     }
+    return axes;
+}
+
+/// g summed over the axes that broadcasting added or stretched, so it has `shape`, stored under
+/// Op's rule (contraction: the elements summed per output). shape_error if `shape` does not
+/// broadcast to g's shape. Where nothing is summed the result is g: copied from an lvalue,
+/// moved from an rvalue (a residual add's cotangent passes through without a copy).
+template <class Strategy, class Op = ops::reduce_sum, class T, class P, class Shape>
+[[nodiscard]] ScaledArray<T, P> unbroadcast(const ScaledArray<T, P>& g, const Shape& shape)
+{
+    auto axes = broadcast_axes(g.shape(), shape);
     if (axes.empty()) return g;
     using C = compute_t<T>;
     auto summed = reduce<Op, Strategy, T>("vjp", g, std::move(axes), C(0), sum_fn{});
     return reshape(summed, std::vector<std::size_t>(shape.begin(), shape.end()));
+}
+template <class Strategy, class Op = ops::reduce_sum, class T, class P, class Shape>
+[[nodiscard]] ScaledArray<T, P> unbroadcast(ScaledArray<T, P>&& g, const Shape& shape)
+{
+    if (broadcast_axes(g.shape(), shape).empty()) return std::move(g);
+    return unbroadcast<Strategy, Op>(std::as_const(g), shape);
 }
 
 }  // namespace detail

@@ -37,14 +37,20 @@ void transpose_tiles(const T* in, std::size_t in_col, T* out, std::size_t out_ro
     }
 }
 
+/// The transpose of a row-major (rows x cols) matrix held in `data` (its shape may have more axes:
+/// matmul_extents reads them as rows).
+template <class T>
+[[nodiscard]] xt::xarray<T> transposed_copy(const xt::xarray<T>& data, std::size_t rows, std::size_t cols)
+{
+    auto out = xt::xarray<T>::from_shape({cols, rows});
+    transpose_tiles(data.data(), cols, out.data(), rows, cols, rows);
+    return out;
+}
 /// The transpose of a row-major 2-D array.
 template <class T>
 [[nodiscard]] xt::xarray<T> transposed_copy(const xt::xarray<T>& data)
 {
-    const std::size_t rows = data.shape()[0], cols = data.shape()[1];
-    auto out = xt::xarray<T>::from_shape({cols, rows});
-    transpose_tiles(data.data(), cols, out.data(), rows, cols, rows);
-    return out;
+    return transposed_copy(data, data.shape()[0], data.shape()[1]);
 }
 
 /// A row-major array with its axes permuted (result axis i is input axis perm[i]), written in
