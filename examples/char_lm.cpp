@@ -328,6 +328,8 @@ std::size_t positive(const std::string& flag, const std::string& value)
 
 int main(int argc, char** argv)
 {
+    // Each step frees and allocates the same temporaries: keep them mapped (runtime.hpp).
+    scalify::retain_freed_memory();
     try {
         options opt;
         for (int i = 1; i < argc; ++i) {

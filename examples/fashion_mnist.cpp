@@ -254,6 +254,8 @@ double parse_weight(const std::string& text)
 
 int main(int argc, char** argv)
 {
+    // Each step frees and allocates the same temporaries: keep them mapped (runtime.hpp).
+    scalify::retain_freed_memory();
     options opt;
 #ifdef SCALIFY_HAS_MPI
     // Launched by mpirun: the ranks of MPI_COMM_WORLD reduce every scale decision and gradient.

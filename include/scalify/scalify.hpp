@@ -33,6 +33,7 @@
 #include <scalify/ops/sequence.hpp>
 #include <scalify/ops/shape.hpp>
 #include <scalify/quantize.hpp>
+#include <scalify/runtime.hpp>
 #include <scalify/scaled_array.hpp>
 #include <scalify/strategy/amax_scaling.hpp>
 #include <scalify/strategy/non_finite.hpp>

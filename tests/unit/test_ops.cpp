@@ -213,6 +213,24 @@ TEST_CASE("transpose equals xtensor's strided transpose for every permutation up
     }
 }
 
+TEST_CASE("retain_freed_memory hands glibc's allocator its settings", "[runtime]")
+{
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define SCALIFY_TEST_UNDER_ASAN 1
+#endif
+#endif
+#if defined(__SANITIZE_ADDRESS__) || defined(SCALIFY_TEST_UNDER_ASAN)
+    // The sanitizer's allocator replaces glibc's and ignores mallopt.
+    (void)retain_freed_memory();
+#elif defined(__GLIBC__)
+    CHECK(retain_freed_memory());
+    CHECK(retain_freed_memory(std::size_t{1} << 40));  // beyond int: the largest trim threshold
+#else
+    CHECK_FALSE(retain_freed_memory());
+#endif
+}
+
 TEST_CASE("scale rules of the default strategy", "[ops][scale_rules]")
 {
     const auto a = make_scaled_array<pow2_scale>(xt::xarray<float>{{1, 2}, {3, 4}}, 4.0f);
