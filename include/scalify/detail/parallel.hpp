@@ -50,6 +50,28 @@ void parallel_ranges(std::size_t count, Body&& body)
 #endif
 }
 
+/// body(first, last) over contiguous ranges of `lanes` lanes of `length` elements each, split
+/// across threads as parallel_ranges splits lanes * length elements (never a lane in two). A
+/// lane's result is computed by one thread in its own order, so it never depends on the thread
+/// count. body must not throw.
+template <class Body>
+void parallel_lanes(std::size_t lanes, std::size_t length, Body&& body)
+{
+    const std::size_t ranges = std::min(lanes, parallel_range_count(lanes * length));
+    if (ranges <= 1) {
+        body(std::size_t{0}, lanes);
+        return;
+    }
+#if defined(_OPENMP)
+    const auto n = static_cast<std::ptrdiff_t>(ranges);
+#pragma omp parallel for schedule(static) num_threads(static_cast<int>(ranges))
+    for (std::ptrdiff_t r = 0; r < n; ++r) {
+        const auto range = static_cast<std::size_t>(r);
+        body(lanes * range / ranges, lanes * (range + 1) / ranges);
+    }
+#endif
+}
+
 /// body(i) for i in [0, count), one task per index across the OpenMP threads (for heavy tasks
 /// such as a tensor-core model's output rows; no grain).
 template <class Body>

@@ -16,6 +16,7 @@
 /// term) has natural scale s_g / s_x; unit_scaling's rule keeps (N - 2) / N (layer_norm) or
 /// (N - 1) / N (rms_norm) of a unit cotangent's variance (docs/ops.md).
 
+#include <scalify/detail/parallel.hpp>
 #include <scalify/error.hpp>
 #include <scalify/ops/result.hpp>
 #include <scalify/scaled_array.hpp>
@@ -63,25 +64,27 @@ struct lane_statistics {
         zero_scale = s == 0.0;
         const T* d = x.data().data();
         const double eps_data = zero_scale ? eps : eps / (s * s);
-        for (std::size_t lane = 0; lane < lanes; ++lane) {
-            const T* row = d + lane * length;
-            double mu = 0.0;
-            if constexpr (Centred) {
+        parallel_lanes(lanes, length, [&](std::size_t first, std::size_t last) {
+            for (std::size_t lane = first; lane < last; ++lane) {
+                const T* row = d + lane * length;
+                double mu = 0.0;
+                if constexpr (Centred) {
+                    if (!zero_scale) {
+                        for (std::size_t i = 0; i < length; ++i) mu += double(load(row[i]));
+                        mu /= double(length);
+                    }
+                }
+                double squares = 0.0;
                 if (!zero_scale) {
-                    for (std::size_t i = 0; i < length; ++i) mu += double(load(row[i]));
-                    mu /= double(length);
+                    for (std::size_t i = 0; i < length; ++i) {
+                        const double centred = double(load(row[i])) - mu;
+                        squares += centred * centred;
+                    }
                 }
+                mean[lane] = mu;
+                inverse_sigma[lane] = 1.0 / std::sqrt(squares / double(length) + eps_data);
             }
-            double squares = 0.0;
-            if (!zero_scale) {
-                for (std::size_t i = 0; i < length; ++i) {
-                    const double centred = double(load(row[i])) - mu;
-                    squares += centred * centred;
-                }
-            }
-            mean[lane] = mu;
-            inverse_sigma[lane] = 1.0 / std::sqrt(squares / double(length) + eps_data);
-        }
+        });
     }
 };
 
@@ -118,22 +121,24 @@ template <class Op, bool Centred, class Strategy, class Out, class G, class PG, 
     std::vector<C> raw(x.size());
     const T* d = x.data().data();
     const G* gd = g.data().data();
-    for (std::size_t lane = 0; lane < lanes; ++lane) {
-        const std::size_t base = lane * length;
-        double g_mean = 0.0, gy_mean = 0.0;
-        for (std::size_t i = 0; i < length; ++i) {
-            const double y = stats.zero_scale ? 0.0 : (double(load(d[base + i])) - stats.mean[lane]) * stats.inverse_sigma[lane];
-            const double gi = double(load(gd[base + i]));
-            g_mean += gi;
-            gy_mean += gi * y;
+    parallel_lanes(lanes, length, [&](std::size_t first, std::size_t last) {
+        for (std::size_t lane = first; lane < last; ++lane) {
+            const std::size_t base = lane * length;
+            double g_mean = 0.0, gy_mean = 0.0;
+            for (std::size_t i = 0; i < length; ++i) {
+                const double y = stats.zero_scale ? 0.0 : (double(load(d[base + i])) - stats.mean[lane]) * stats.inverse_sigma[lane];
+                const double gi = double(load(gd[base + i]));
+                g_mean += gi;
+                gy_mean += gi * y;
+            }
+            g_mean = Centred ? g_mean / double(length) : 0.0;
+            gy_mean /= double(length);
+            for (std::size_t i = 0; i < length; ++i) {
+                const double y = stats.zero_scale ? 0.0 : (double(load(d[base + i])) - stats.mean[lane]) * stats.inverse_sigma[lane];
+                raw[base + i] = static_cast<C>((double(load(gd[base + i])) - g_mean - y * gy_mean) * stats.inverse_sigma[lane]);
+            }
         }
-        g_mean = Centred ? g_mean / double(length) : 0.0;
-        gy_mean /= double(length);
-        for (std::size_t i = 0; i < length; ++i) {
-            const double y = stats.zero_scale ? 0.0 : (double(load(d[base + i])) - stats.mean[lane]) * stats.inverse_sigma[lane];
-            raw[base + i] = static_cast<C>((double(load(gd[base + i])) - g_mean - y * gy_mean) * stats.inverse_sigma[lane]);
-        }
-    }
+    });
     // dx = (s_g / s_x) raw; a zero-scale x: inverse_sigma is already in the value's units.
     scale_request request;
     request.natural = stats.zero_scale ? g.scale() : static_cast<float>(double(g.scale()) / double(x.scale()));
