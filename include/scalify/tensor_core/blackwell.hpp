@@ -1,0 +1,519 @@
+#pragma once
+/// \file tensor_core/blackwell.hpp
+/// The B200's (Blackwell, sm_100) tcgen05.mma units for fp8, fp6 and fp4 operands, as MMA-Sim
+/// (Xie et al., arXiv 2511.10909; microsoft/MMA-Sim, mmasim/simulator/arithmetic.py and nv_ptx.py)
+/// states them, bit for bit against MMA-Sim's own outputs (tests/data/block_mma/):
+///
+/// - b200_f8f6f4: kind::f8f6f4, e4m3 / e5m2 / e2m3 / e3m2 / e2m1 in any pair, float32 accumulator.
+///   A tag on inner_product_model: K = 32, F = 25, P = 24, every cut toward zero (the H100's rule).
+/// - b200_mxf8f6f4: kind::mxf8f6f4, the same operands with one E8M0 scale per 32 elements along
+///   K for A and for B. One fused adder: each product joins with exponent ea + eb + esa + esb
+///   (nominal operand exponents plus the scales'), K = 32, F = 25, P = 24, cut toward zero.
+/// - b200_nvfp4: kind::mxf4nvf4 with UE4M3 scales per 16 (NVFP4), e2m1 x e2m1, K = 64. Two
+///   levels: each group of 16 products is summed exactly; the group sum times both scales'
+///   significands joins the second adder with the scales' exponents alone (the group sum is not
+///   normalised), with the accumulator; F = 35, P = 24, cut toward zero.
+/// - b200_mxf4, b200_mxf4_block16: kind::mxf4nvf4 with UE8M0 scales per 32 or per 16 (MXFP4):
+///   b200_nvfp4's two-level rule with exponent-only scales.
+///
+/// MMA-Sim's convention for zeros is kept in the block-scaled models (block_rules<zero_terms::
+/// float32_emin>): a zero operand, a zero accumulator and a zero UE4M3 scale bring exponent -126
+/// (float32's smallest normal exponent) to the largest-exponent search, and a zero group sum
+/// brings its scales' exponents. So the accumulator's exponent is never below -126, and an
+/// all-zero A with large scales can cut C away (0 * 2^200 + 1 gives 0). b200_f8f6f4, a template
+/// tag, keeps the template's convention (zero products and C = 0 take no part); the two differ only
+/// when every product is zero and 0 < |C| < 2^-110 (tests/data/block_mma: one vector).
+/// zero_terms::take_no_part gives the block-scaled models the template's convention.
+///
+/// NaN (0x7fffffff): any NaN operand, accumulator or scale (E8M0 0xff, UE4M3 0x7f/0xff), inf * 0,
+/// +inf and -inf together; otherwise an infinite product or C gives that infinity. A UE4M3 scale's
+/// sign bit is ignored (MMA-Sim reads it as e4m3fn and takes the magnitude). |result| >= 2^128
+/// gives inf; results below 2^-126 are cut toward zero on the 2^-149 grid.
+///
+///     std::array<float8_e4m3fn, 32> a{...}; std::array<float4_e2m1fn, 32> b{...};
+///     float d = dot<b200_mxf8f6f4>(a, b, c, float8_e8m0fnu::from_bits(130), float8_e8m0fnu::from_bits(120));
+///     std::array<float4_e2m1fn, 64> x{...}, y{...}; std::array<float8_e4m3fn, 4> sx{...}, sy{...};  // UE4M3
+///     float e = dot<b200_nvfp4>(x, y, c, sx, sy);
+///     auto z = gemm<b200_mxf8f6f4_chain>(quantize_mx<float8_e4m3fn>(p, 1), quantize_mx<float8_e4m3fn>(q, 0));
+///
+/// What is not modelled, or not known: MMA-Sim's figures are its authors' measurements on a B200
+/// through tcgen05.mma, not a capture shared here; fp6 operands (MMA-Sim's TODO) and fp4 operands in
+/// kind::f8f6f4 / mxf8f6f4 follow the same rule by extrapolation; C = inf in kind::mxf4nvf4 (MMA-Sim
+/// stops with an error) gives that infinity by decision; the fp16 accumulator of kind::f8f6f4, the
+/// .ws and cta_group::2 forms and tcgen05's scale-vector layouts are not modelled. The B200's
+/// mma.sync fp8 unit, captured in public, rounds to nearest (b200_qmma, model.hpp): a different
+/// rule from b200_f8f6f4's. docs: the Blackwell section of docs/tensor_core.md.
+
+#include <scalify/block/block_scaled_array.hpp>
+#include <scalify/error.hpp>
+#include <scalify/tensor_core/dot.hpp>
+#include <scalify/tensor_core/model.hpp>
+
+#include <fmt/format.h>
+#include <xtensor/xarray.hpp>
+
+#include <algorithm>
+#include <array>
+#include <bit>
+#include <concepts>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <ranges>
+#include <span>
+#include <type_traits>
+#include <vector>
+
+namespace scalify::tensor_core {
+
+// ---------------------------------------------------------------------------------------------
+// kind::f8f6f4: a tag on the template
+
+/// The operands of tcgen05.mma kind::f8f6f4 and kind::mxf8f6f4, in any pair.
+using f8f6f4_operands = any_pair_of<float8_e4m3fn, float8_e5m2, float6_e2m3fn, float6_e3m2fn, float4_e2m1fn>;
+
+/// B200 `tcgen05.mma.cta_group::1.kind::f8f6f4` with a float32 accumulator, one output: K = 32,
+/// F = 25, P = 24, every cut toward zero (MMA-Sim's tcgen05mma: n_accum_fractional_bits 25, "f32").
+/// Not b200_qmma: the public capture of the B200's mma.sync m16n8k32 fp8 unit is rounded to
+/// nearest, and this rule reproduces 804 and 813 of its 1,250 E4M3 and E5M2 vectors.
+struct b200_f8f6f4 : inner_product_model<25, 24, 32, f8f6f4_operands> {
+    static constexpr const char* name = "b200_f8f6f4";
+};
+
+/// An fp8/fp6/fp4 GEMM on the B200's kind::f8f6f4 unit, one chain over all of K.
+struct b200_f8f6f4_chain : gemm_model<b200_f8f6f4, 0> {
+    static constexpr const char* name = "b200_f8f6f4_chain";
+};
+
+// ---------------------------------------------------------------------------------------------
+// Block-scaled models
+
+/// Which exponent a zero brings to the largest-exponent search of a block-scaled unit.
+enum class zero_terms {
+    float32_emin,  ///< MMA-Sim's: a zero operand, C or UE4M3 scale counts as exponent -126; a zero
+                   ///< group sum brings its scales' exponents; C's exponent is at least -126
+    take_no_part   ///< the template's: zero products, zero group sums and C = 0 take no part
+};
+
+/// The rules of a block-scaled unit besides F, K and the operands.
+template <zero_terms Zeros = zero_terms::float32_emin>
+struct block_rules {
+    static constexpr zero_terms zeros = Zeros;
+};
+
+/// How a block-scaled unit adds.
+enum class block_adder {
+    fused,     ///< one adder: every product joins with its nominal exponent plus its scales' (mxf8f6f4)
+    two_level  ///< groups of `group` products summed exactly, each group joining with its scales'
+               ///< exponents (mxf4nvf4)
+};
+
+/// The scale formats: E8M0 (float8_e8m0fnu: 2^(code - 127), 0xff NaN) and UE4M3 (passed as
+/// float8_e4m3fn; the sign bit ignored, 0x7f NaN, subnormals and zero as e4m3's).
+enum class scale_format { ue8m0, ue4m3 };
+
+namespace detail {
+template <scale_format S>
+using scale_type_of = std::conditional_t<S == scale_format::ue8m0, float8_e8m0fnu, float8_e4m3fn>;
+}
+
+/// One block-scaled instruction for one output: D = C + sum_k (a[k] * sa[k / B]) * (b[k] * sb[k / B])
+/// with B = ScaleBlock, K products, F alignment bits, results cut toward zero to 24 bits.
+template <int AlignmentBits, std::size_t K, std::size_t ScaleBlock, class Operands, scale_format Scale, block_adder Adder,
+          std::size_t Group = 16, class Rules = block_rules<>>
+struct block_scaled_model {
+    static_assert(AlignmentBits >= 0 && AlignmentBits <= 40, "F (AlignmentBits) must lie in [0, 40]");
+    static_assert(K >= 1 && K <= 256 && ScaleBlock >= 1 && K % ScaleBlock == 0, "K must be a multiple of the scale block");
+    static_assert(Adder == block_adder::fused || (Group >= 1 && K % Group == 0 && ScaleBlock % Group == 0),
+                  "a two-level unit's groups divide its scale blocks");
+    static constexpr int alignment_bits = AlignmentBits;
+    static constexpr std::size_t k = K;
+    static constexpr std::size_t scale_block = ScaleBlock;
+    static constexpr std::size_t scales = K / ScaleBlock;  ///< scales per operand per instruction
+    static constexpr scale_format scale = Scale;
+    static constexpr block_adder adder = Adder;
+    static constexpr std::size_t group = Adder == block_adder::fused ? 1 : Group;
+    using operands = Operands;
+    using rules = Rules;
+    using scale_type = detail::scale_type_of<Scale>;
+    template <class TA, class TB>
+    static constexpr bool takes = Operands::template contains<TA, TB>;
+};
+
+/// A tag describing a block-scaled instruction: derived from block_scaled_model, with a name.
+template <class M>
+concept BlockScaledModel =
+    std::is_base_of_v<block_scaled_model<M::alignment_bits, M::k, M::scale_block, typename M::operands, M::scale,
+                                         M::adder, (M::adder == block_adder::fused ? 16 : M::group), typename M::rules>,
+                      M> &&
+    requires {
+        { M::name } -> std::convertible_to<const char*>;
+    };
+
+template <class M, class TA, class TB>
+concept BlockScaledModelFor = BlockScaledModel<M> && M::template takes<TA, TB>;
+
+/// B200 `tcgen05.mma.cta_group::1.kind::mxf8f6f4.block_scale.scale_vec::1X` (float32 accumulator):
+/// one E8M0 scale per 32 elements of K for A and for B, K = 32, F = 25, one fused adder
+/// (MMA-Sim's tcgen05mma_block_scale with K = 32).
+struct b200_mxf8f6f4 : block_scaled_model<25, 32, 32, f8f6f4_operands, scale_format::ue8m0, block_adder::fused> {
+    static constexpr const char* name = "b200_mxf8f6f4";
+};
+
+/// B200 `tcgen05.mma...kind::mxf4nvf4.block_scale.scale_vec::4X` with UE4M3 scales (NVFP4): e2m1
+/// x e2m1, K = 64, one scale per 16 elements, groups of 16 summed exactly, F = 35.
+struct b200_nvfp4 : block_scaled_model<35, 64, 16, any_pair_of<float4_e2m1fn>, scale_format::ue4m3, block_adder::two_level> {
+    static constexpr const char* name = "b200_nvfp4";
+};
+
+/// B200 kind::mxf4nvf4 with UE8M0 scales per 32 (MXFP4, scale_vec::2X): b200_nvfp4's two levels.
+struct b200_mxf4 : block_scaled_model<35, 64, 32, any_pair_of<float4_e2m1fn>, scale_format::ue8m0, block_adder::two_level> {
+    static constexpr const char* name = "b200_mxf4";
+};
+
+/// B200 kind::mxf4nvf4 with UE8M0 scales per 16 (scale_vec::4X with ue8m0).
+struct b200_mxf4_block16
+    : block_scaled_model<35, 64, 16, any_pair_of<float4_e2m1fn>, scale_format::ue8m0, block_adder::two_level> {
+    static constexpr const char* name = "b200_mxf4_block16";
+};
+
+/// A GEMM of block-scaled operands: Instruction chained along K (each result the next one's C),
+/// from C = +0.
+template <BlockScaledModel Instruction>
+struct block_gemm_model {
+    using instruction = Instruction;
+};
+
+template <class M>
+concept BlockGemmModel = std::is_base_of_v<block_gemm_model<typename M::instruction>, M> &&
+                         BlockScaledModel<typename M::instruction> && requires {
+                             { M::name } -> std::convertible_to<const char*>;
+                         };
+
+/// MXFP8/6/4 GEMM on kind::mxf8f6f4, one chain.
+struct b200_mxf8f6f4_chain : block_gemm_model<b200_mxf8f6f4> {
+    static constexpr const char* name = "b200_mxf8f6f4_chain";
+};
+/// NVFP4 GEMM on kind::mxf4nvf4 (UE4M3 per 16), one chain.
+struct b200_nvfp4_chain : block_gemm_model<b200_nvfp4> {
+    static constexpr const char* name = "b200_nvfp4_chain";
+};
+/// MXFP4 GEMM on kind::mxf4nvf4 (UE8M0 per 32), one chain.
+struct b200_mxf4_chain : block_gemm_model<b200_mxf4> {
+    static constexpr const char* name = "b200_mxf4_chain";
+};
+
+// ---------------------------------------------------------------------------------------------
+// The engine
+
+namespace detail {
+
+/// MMA-Sim's exponent of a zero (extract_significand_exponent: float32's smallest normal exponent).
+inline constexpr int mmasim_zero_exponent = -126;
+
+/// A decoded scale: value significand * 2^lsb, exponent its nominal exponent; zero or NaN.
+struct scale_value {
+    std::uint32_t significand = 1;
+    int lsb = 0;
+    int exponent = 0;
+    bool zero = false;
+    bool nan = false;
+};
+
+template <scale_format S>
+[[nodiscard]] constexpr scale_value decode_scale(unsigned code) noexcept
+{
+    scale_value s;
+    if constexpr (S == scale_format::ue8m0) {
+        code &= 0xffu;
+        if (code == 0xffu) s.nan = true;
+        s.exponent = static_cast<int>(code) - 127;
+        s.lsb = s.exponent;
+    } else {
+        code &= 0x7fu;  // unsigned: the sign bit is ignored
+        if (code == 0x7fu) {
+            s.nan = true;
+            return s;
+        }
+        const int field = static_cast<int>(code >> 3);
+        const unsigned mantissa = code & 7u;
+        if (field == 0 && mantissa == 0) {
+            s.zero = true;
+            s.significand = 0;
+            s.exponent = mmasim_zero_exponent;
+            s.lsb = s.exponent;
+            return s;
+        }
+        s.significand = field != 0 ? (8u | mantissa) : mantissa;
+        s.exponent = (field != 0 ? field : 1) - 7;
+        s.lsb = s.exponent - 3;
+    }
+    return s;
+}
+
+template <scale_format S, class T>
+[[nodiscard]] constexpr scale_value decode_scale_of(const T& x) noexcept
+{
+    static_assert(std::same_as<T, scale_type_of<S>>,
+                  "block scales: float8_e8m0fnu for the UE8M0 units (b200_mxf8f6f4, b200_mxf4), float8_e4m3fn "
+                  "(read as UE4M3) for b200_nvfp4");
+    return decode_scale<S>(code_of(x));
+}
+
+/// One term of the second adder: value significand * 2^lsb (signed), alignment exponent.
+struct block_term {
+    std::uint64_t significand;
+    int lsb;
+    int exponent;
+    bool negative;
+};
+
+/// C + sum of Model::k scaled products; a(i), b(i) give decomposed operands, sa(j), sb(j) the
+/// decoded scales (j < Model::scales).
+template <BlockScaledModel Model, class ReadA, class ReadB, class ScaleA, class ScaleB>
+[[nodiscard]] float block_inner_product_of(const ReadA& a, const ReadB& b, const ScaleA& sa, const ScaleB& sb, float c) noexcept
+{
+    constexpr int F = Model::alignment_bits;
+    constexpr bool mmasim_zeros = Model::rules::zeros == zero_terms::float32_emin;
+    constexpr std::size_t K = Model::k;
+
+    const operand acc = decompose(c);
+    bool nan = acc.what == operand::kind::nan;
+    bool plus_inf = acc.what == operand::kind::infinite && !acc.negative;
+    bool minus_inf = acc.what == operand::kind::infinite && acc.negative;
+
+    scale_value scale_a[Model::scales], scale_b[Model::scales];
+    for (std::size_t j = 0; j < Model::scales; ++j) {
+        scale_a[j] = sa(j);
+        scale_b[j] = sb(j);
+        nan = nan || scale_a[j].nan || scale_b[j].nan;
+    }
+
+    block_term terms[K + 1];
+    std::size_t count = 0;
+    int emax = std::numeric_limits<int>::min();
+    const auto join = [&](const block_term& t) {
+        emax = std::max(emax, t.exponent);
+        terms[count++] = t;
+    };
+
+    if constexpr (Model::adder == block_adder::fused) {
+        for (std::size_t i = 0; i < K; ++i) {
+            const operand x = a(i), y = b(i);
+            if (x.what == operand::kind::nan || y.what == operand::kind::nan) {
+                nan = true;
+                continue;
+            }
+            const bool zero = x.what == operand::kind::zero || y.what == operand::kind::zero;
+            if (x.what == operand::kind::infinite || y.what == operand::kind::infinite) {
+                if (zero) nan = true;
+                else if (x.negative != y.negative) minus_inf = true;
+                else plus_inf = true;
+                continue;
+            }
+            const scale_value& s = scale_a[i / Model::scale_block];
+            const scale_value& t = scale_b[i / Model::scale_block];
+            const int scale_exponent = s.exponent + t.exponent;  // E8M0: significands are 1
+            if (zero) {
+                if constexpr (mmasim_zeros) {
+                    const int ex = x.what == operand::kind::zero ? mmasim_zero_exponent : x.exponent;
+                    const int ey = y.what == operand::kind::zero ? mmasim_zero_exponent : y.exponent;
+                    join(block_term{0, 0, ex + ey + scale_exponent, false});
+                }
+                continue;
+            }
+            join(block_term{std::uint64_t{x.significand} * y.significand * s.significand * t.significand,
+                            x.lsb + y.lsb + s.lsb + t.lsb, x.exponent + y.exponent + scale_exponent,
+                            x.negative != y.negative});
+        }
+    } else {
+        // Level one: each group of Model::group products summed exactly, in units of the
+        // operands' smallest last place (2^(la_min + lb_min)).
+        for (std::size_t g = 0; g < K / Model::group; ++g) {
+            std::int64_t sum = 0;
+            int unit = std::numeric_limits<int>::max();
+            operand xs[Model::group], ys[Model::group];
+            for (std::size_t i = 0; i < Model::group; ++i) {
+                xs[i] = a(g * Model::group + i);
+                ys[i] = b(g * Model::group + i);
+                if (xs[i].what == operand::kind::nan || ys[i].what == operand::kind::nan) nan = true;
+                const bool zero = xs[i].what == operand::kind::zero || ys[i].what == operand::kind::zero;
+                if (xs[i].what == operand::kind::infinite || ys[i].what == operand::kind::infinite) {
+                    if (zero) nan = true;
+                    else if (xs[i].negative != ys[i].negative) minus_inf = true;
+                    else plus_inf = true;
+                }
+                if (xs[i].what == operand::kind::finite && ys[i].what == operand::kind::finite) {
+                    unit = std::min(unit, xs[i].lsb + ys[i].lsb);
+                }
+            }
+            for (std::size_t i = 0; i < Model::group; ++i) {
+                if (xs[i].what != operand::kind::finite || ys[i].what != operand::kind::finite) continue;
+                const auto p = static_cast<std::int64_t>(std::uint64_t{xs[i].significand} * ys[i].significand
+                                                         << (xs[i].lsb + ys[i].lsb - unit));
+                sum += xs[i].negative != ys[i].negative ? -p : p;
+            }
+            const scale_value& s = scale_a[g * Model::group / Model::scale_block];
+            const scale_value& t = scale_b[g * Model::group / Model::scale_block];
+            const std::uint64_t magnitude = sum < 0 ? 0 - static_cast<std::uint64_t>(sum) : static_cast<std::uint64_t>(sum);
+            const std::uint64_t significand = magnitude * s.significand * t.significand;
+            if (significand == 0) {
+                if constexpr (mmasim_zeros) join(block_term{0, 0, s.exponent + t.exponent, false});
+                continue;
+            }
+            // Level two: the group sum is not normalised; it joins with the scales' exponents.
+            join(block_term{significand, unit + s.lsb + t.lsb, s.exponent + t.exponent, sum < 0});
+        }
+    }
+    if (nan || (plus_inf && minus_inf)) return canonical_nan();
+    if (plus_inf || minus_inf) return infinity_of<float>(minus_inf);
+
+    if (acc.what == operand::kind::finite) {
+        join(block_term{acc.significand, acc.lsb, mmasim_zeros ? std::max(acc.exponent, mmasim_zero_exponent) : acc.exponent,
+                        acc.negative});
+    } else if constexpr (mmasim_zeros) {
+        join(block_term{0, 0, mmasim_zero_exponent, false});
+    }
+    if (count == 0) return 0.0f;
+
+    // Align to units of 2^(emax - F), each term cut toward zero on its own, one exact sum.
+    const int unit = emax - F;
+    std::int64_t sum = 0;
+    for (std::size_t i = 0; i < count; ++i) {
+        if (terms[i].significand == 0) continue;
+        const int shift = terms[i].lsb - unit;
+        const std::uint64_t aligned = shift >= 0 ? terms[i].significand << shift
+                                                 : shift_right<rounding_mode::toward_zero>(terms[i].significand, -shift);
+        sum += terms[i].negative ? -static_cast<std::int64_t>(aligned) : static_cast<std::int64_t>(aligned);
+    }
+    if (sum == 0) return 0.0f;
+    const bool negative = sum < 0;
+    std::uint64_t magnitude = negative ? 0 - static_cast<std::uint64_t>(sum) : static_cast<std::uint64_t>(sum);
+    int exponent = unit;
+    const int excess = std::bit_width(magnitude) - 24;
+    if (excess > 0) {
+        magnitude >>= excess;
+        exponent += excess;
+    }
+    return to_float32<rounding_mode::toward_zero>(magnitude, exponent, negative);
+}
+
+}  // namespace detail
+
+/// One block-scaled instruction's result for one output: c + sum_k (a[k] sa[k/B]) (b[k] sb[k/B]),
+/// B = Model::scale_block, bit for bit as MMA-Sim computes it. shape_error unless a and b hold
+/// Model::k elements and scale_a, scale_b Model::scales each. Scales: float8_e8m0fnu (UE8M0 units)
+/// or float8_e4m3fn read as UE4M3 (b200_nvfp4).
+template <BlockScaledModel Model, class TA, class TB, class S>
+[[nodiscard]] float dot(std::span<const TA> a, std::span<const TB> b, float c, std::span<const S> scale_a,
+                        std::span<const S> scale_b)
+{
+    static_assert(Model::template takes<TA, TB>,
+                  "this block-scaled model does not take these operand types (b200_mxf8f6f4: float8_e4m3fn, "
+                  "float8_e5m2, float6_e2m3fn, float6_e3m2fn, float4_e2m1fn in any pair; b200_nvfp4, b200_mxf4: "
+                  "float4_e2m1fn)");
+    static_assert(std::same_as<S, typename Model::scale_type>,
+                  "block scales: float8_e8m0fnu for b200_mxf8f6f4 and b200_mxf4, float8_e4m3fn (UE4M3) for b200_nvfp4");
+    if (a.size() != Model::k || b.size() != Model::k || scale_a.size() != Model::scales || scale_b.size() != Model::scales) {
+        SCALIFY_THROW(shape_error(fmt::format("tensor_core::dot<{}>: {} and {} elements with {} and {} scales; the "
+                                              "instruction takes K = {} of each and {} scales per operand",
+                                              Model::name, a.size(), b.size(), scale_a.size(), scale_b.size(), Model::k,
+                                              Model::scales)));
+    }
+    return detail::block_inner_product_of<Model>(
+        [&a](std::size_t i) { return detail::decompose(a[i]); }, [&b](std::size_t i) { return detail::decompose(b[i]); },
+        [&scale_a](std::size_t j) { return detail::decode_scale_of<Model::scale>(scale_a[j]); },
+        [&scale_b](std::size_t j) { return detail::decode_scale_of<Model::scale>(scale_b[j]); }, c);
+}
+
+/// dot over contiguous ranges (std::array, std::vector): dot<Model>(a, b, c, scale_a, scale_b).
+template <BlockScaledModel Model, std::ranges::contiguous_range RA, std::ranges::contiguous_range RB,
+          std::ranges::contiguous_range RS>
+    requires(!detail::is_const_span<std::remove_cvref_t<RA>> || !detail::is_const_span<std::remove_cvref_t<RB>> ||
+             !detail::is_const_span<std::remove_cvref_t<RS>>)
+[[nodiscard]] float dot(const RA& a, const RB& b, float c, const RS& scale_a, const RS& scale_b)
+{
+    using TA = std::ranges::range_value_t<RA>;
+    using TB = std::ranges::range_value_t<RB>;
+    using S = std::ranges::range_value_t<RS>;
+    return dot<Model, TA, TB, S>(std::span<const TA>(std::ranges::data(a), std::ranges::size(a)),
+                                 std::span<const TB>(std::ranges::data(b), std::ranges::size(b)), c,
+                                 std::span<const S>(std::ranges::data(scale_a), std::ranges::size(scale_a)),
+                                 std::span<const S>(std::ranges::data(scale_b), std::ranges::size(scale_b)));
+}
+
+/// dot for a model with one scale per operand and instruction (b200_mxf8f6f4): the scales as values.
+template <BlockScaledModel Model, std::ranges::contiguous_range RA, std::ranges::contiguous_range RB>
+    requires(Model::scales == 1)
+[[nodiscard]] float dot(const RA& a, const RB& b, float c, typename Model::scale_type scale_a,
+                        typename Model::scale_type scale_b)
+{
+    using S = typename Model::scale_type;
+    return dot<Model>(a, b, c, std::array<S, 1>{scale_a}, std::array<S, 1>{scale_b});
+}
+
+/// a (M x K) . b (K x N) with scale_a (M x K/B) and scale_b (K/B x N), B = the instruction's scale
+/// block, as Model's GEMM computes it: per output, instructions over k = 0, k, 2k, ... chained
+/// from C = +0. K must be a multiple of B; a last, shorter instruction is padded with zero operands
+/// (and the scales of the last block). shape_error otherwise.
+template <BlockGemmModel Model, class TA, class TB, class S>
+[[nodiscard]] xt::xarray<float> block_gemm(const xt::xarray<TA>& a, const xt::xarray<S>& scale_a, const xt::xarray<TB>& b,
+                                           const xt::xarray<S>& scale_b)
+{
+    using I = typename Model::instruction;
+    static_assert(I::template takes<TA, TB>, "this block-scaled GEMM's instruction does not take these operand types");
+    static_assert(std::same_as<S, typename I::scale_type>, "block scales: float8_e8m0fnu, or float8_e4m3fn for b200_nvfp4");
+    constexpr std::size_t B = I::scale_block;
+    if (a.dimension() != 2 || b.dimension() != 2 || a.shape()[1] != b.shape()[0] || a.shape()[1] % B != 0 ||
+        scale_a.dimension() != 2 || scale_b.dimension() != 2 || scale_a.shape()[0] != a.shape()[0] ||
+        scale_a.shape()[1] != a.shape()[1] / B || scale_b.shape()[0] != a.shape()[1] / B ||
+        scale_b.shape()[1] != b.shape()[1]) {
+        SCALIFY_THROW(shape_error(fmt::format("tensor_core::block_gemm<{}>: data {} and {} with scales {} and {} (need (M, K), "
+                                              "(K, N), (M, K/{}), (K/{}, N) with K a multiple of {})",
+                                              Model::name, shape_string(a.shape()), shape_string(b.shape()),
+                                              shape_string(scale_a.shape()), shape_string(scale_b.shape()), B, B, B)));
+    }
+    const std::size_t m = a.shape()[0], k = a.shape()[1], n = b.shape()[1];
+    auto out = xt::xarray<float>::from_shape({m, n});
+    std::vector<detail::operand> x(m * k), y(k * n);
+    std::vector<detail::scale_value> sx(m * (k / B)), sy((k / B) * n);
+    for (std::size_t i = 0; i < m * k; ++i) x[i] = detail::decompose(a.data()[i]);
+    for (std::size_t i = 0; i < k * n; ++i) y[i] = detail::decompose(b.data()[i]);
+    for (std::size_t i = 0; i < sx.size(); ++i) sx[i] = detail::decode_scale_of<I::scale>(scale_a.data()[i]);
+    for (std::size_t i = 0; i < sy.size(); ++i) sy[i] = detail::decode_scale_of<I::scale>(scale_b.data()[i]);
+    const detail::operand zero{};
+    for (std::size_t i = 0; i < m; ++i) {
+        for (std::size_t j = 0; j < n; ++j) {
+            float acc = 0.0f;
+            for (std::size_t s = 0; s < k; s += I::k) {
+                const std::size_t len = std::min(I::k, k - s);
+                const std::size_t last = (s + len - 1) / B;  // the last block this step reads
+                acc = detail::block_inner_product_of<I>(
+                    [&](std::size_t t) { return t < len ? x[i * k + s + t] : zero; },
+                    [&](std::size_t t) { return t < len ? y[(s + t) * n + j] : zero; },
+                    [&](std::size_t q) { return sx[i * (k / B) + std::min(s / B + q, last)]; },
+                    [&](std::size_t q) { return sy[std::min(s / B + q, last) * n + j]; }, acc);
+            }
+            out(i, j) = acc;
+        }
+    }
+    return out;
+}
+
+/// block_gemm over BlockScaledArrays: a with 1 x B blocks (scales along K, as
+/// quantize_mx(x, 1) makes), b with B x 1 blocks (quantize_mx(w, 0)). E8M0 models only
+/// (BlockScaledArray holds float or E8M0 scales). shape_error for other blockings.
+template <BlockGemmModel Model, class TA, class TB>
+[[nodiscard]] xt::xarray<float> gemm(const BlockScaledArray<TA, float8_e8m0fnu>& a, const BlockScaledArray<TB, float8_e8m0fnu>& b)
+{
+    constexpr std::size_t B = Model::instruction::scale_block;
+    if (a.block_rows() != 1 || a.block_cols() != B || b.block_rows() != B || b.block_cols() != 1) {
+        SCALIFY_THROW(shape_error(fmt::format("tensor_core::gemm<{}>: blocks {}x{} and {}x{}; the unit takes 1x{} for A and "
+                                              "{}x1 for B",
+                                              Model::name, a.block_rows(), a.block_cols(), b.block_rows(), b.block_cols(),
+                                              B, B)));
+    }
+    return block_gemm<Model>(a.data(), a.scales(), b.data(), b.scales());
+}
+
+}  // namespace scalify::tensor_core
