@@ -29,134 +29,134 @@ namespace block_mma_test {
 using namespace scalify;
 namespace tc = scalify::tensor_core;
 
-using e8m0 = float8_e8m0fnu;
-using ue4m3 = float8_e4m3fn;
+using bmma_e8m0 = float8_e8m0fnu;
+using bmma_ue4m3 = float8_e4m3fn;
 
 /// One line of block_mma_vectors.txt.
-struct vec {
+struct bmma_vec {
     std::string kind, src, cls, ta, tb;
     std::uint32_t c = 0, d = 0;
     std::vector<unsigned> sa, sb, a, b;
 };
 
-inline std::vector<unsigned> parse_codes(const std::string& hex, std::size_t digits)
+inline std::vector<unsigned> bmma_parse_codes(const std::string& hex, std::size_t digits)
 {
     std::vector<unsigned> out;
     for (std::size_t i = 0; i + digits <= hex.size(); i += digits) out.push_back(std::stoul(hex.substr(i, digits), nullptr, 16));
     return out;
 }
 
-inline std::vector<vec> read_vectors()
+inline std::vector<bmma_vec> bmma_read_vectors()
 {
     const std::string path = std::string(SCALIFY_TEST_DATA_DIR) + "/block_mma/block_mma_vectors.txt";
     std::ifstream in(path);
     if (!in) throw std::runtime_error("cannot open " + path);
-    std::vector<vec> out;
+    std::vector<bmma_vec> out;
     std::string line;
     while (std::getline(in, line)) {
         if (line.empty() || line[0] == '#') continue;
         std::istringstream words(line);
-        vec v;
+        bmma_vec v;
         std::string c, sa, sb, a, b, d;
         words >> v.kind >> v.src >> v.cls >> v.ta >> v.tb >> c >> sa >> sb >> a >> b >> d;
         if (!words) throw std::runtime_error("bad line: " + line);
         v.c = static_cast<std::uint32_t>(std::stoul(c, nullptr, 16));
         v.d = static_cast<std::uint32_t>(std::stoul(d, nullptr, 16));
-        v.sa = parse_codes(sa, 2);
-        v.sb = parse_codes(sb, 2);
-        v.a = parse_codes(a, v.ta == "e2m1" ? 1 : 2);
-        v.b = parse_codes(b, v.tb == "e2m1" ? 1 : 2);
+        v.sa = bmma_parse_codes(sa, 2);
+        v.sb = bmma_parse_codes(sb, 2);
+        v.a = bmma_parse_codes(a, v.ta == "e2m1" ? 1 : 2);
+        v.b = bmma_parse_codes(b, v.tb == "e2m1" ? 1 : 2);
         out.push_back(std::move(v));
     }
     return out;
 }
 
 template <class T>
-std::vector<T> as(const std::vector<unsigned>& codes)
+std::vector<T> bmma_as(const std::vector<unsigned>& codes)
 {
     std::vector<T> out;
     for (unsigned x : codes) out.push_back(T::from_bits(static_cast<typename T::storage_type>(x)));
     return out;
 }
 
-inline std::uint32_t bits(float x) { return std::bit_cast<std::uint32_t>(x); }
-inline float from_bits(std::uint32_t x) { return std::bit_cast<float>(x); }
+inline std::uint32_t bmma_bits(float x) { return std::bit_cast<std::uint32_t>(x); }
+inline float bmma_from_bits(std::uint32_t x) { return std::bit_cast<float>(x); }
 
 /// The result of a f8f6f4 / mxf8f6f4 line under Model (Scaled: pass the line's E8M0 scales).
 template <class Model, bool Scaled, class TA, class TB>
-std::uint32_t run_f8(const vec& v)
+std::uint32_t bmma_run_f8(const bmma_vec& v)
 {
-    const auto a = as<TA>(v.a);
-    const auto b = as<TB>(v.b);
+    const auto a = bmma_as<TA>(v.a);
+    const auto b = bmma_as<TB>(v.b);
     if constexpr (Scaled) {
-        return bits(tc::dot<Model>(a, b, from_bits(v.c), e8m0::from_bits(static_cast<std::uint8_t>(v.sa[0])),
-                                   e8m0::from_bits(static_cast<std::uint8_t>(v.sb[0]))));
+        return bmma_bits(tc::dot<Model>(a, b, bmma_from_bits(v.c), bmma_e8m0::from_bits(static_cast<std::uint8_t>(v.sa[0])),
+                                   bmma_e8m0::from_bits(static_cast<std::uint8_t>(v.sb[0]))));
     } else {
-        return bits(tc::dot<Model>(a, b, from_bits(v.c)));
+        return bmma_bits(tc::dot<Model>(a, b, bmma_from_bits(v.c)));
     }
 }
 
 template <class Model, bool Scaled, class TA>
-std::uint32_t run_f8_b(const vec& v)
+std::uint32_t bmma_run_f8_b(const bmma_vec& v)
 {
-    if (v.tb == "e4m3") return run_f8<Model, Scaled, TA, float8_e4m3fn>(v);
-    if (v.tb == "e5m2") return run_f8<Model, Scaled, TA, float8_e5m2>(v);
-    if (v.tb == "e2m3") return run_f8<Model, Scaled, TA, float6_e2m3fn>(v);
-    if (v.tb == "e3m2") return run_f8<Model, Scaled, TA, float6_e3m2fn>(v);
-    if (v.tb == "e2m1") return run_f8<Model, Scaled, TA, float4_e2m1fn>(v);
+    if (v.tb == "e4m3") return bmma_run_f8<Model, Scaled, TA, float8_e4m3fn>(v);
+    if (v.tb == "e5m2") return bmma_run_f8<Model, Scaled, TA, float8_e5m2>(v);
+    if (v.tb == "e2m3") return bmma_run_f8<Model, Scaled, TA, float6_e2m3fn>(v);
+    if (v.tb == "e3m2") return bmma_run_f8<Model, Scaled, TA, float6_e3m2fn>(v);
+    if (v.tb == "e2m1") return bmma_run_f8<Model, Scaled, TA, float4_e2m1fn>(v);
     throw std::runtime_error("format " + v.tb);
 }
 
 template <class Model, bool Scaled>
-std::uint32_t run_f8_any(const vec& v)
+std::uint32_t bmma_run_f8_any(const bmma_vec& v)
 {
-    if (v.ta == "e4m3") return run_f8_b<Model, Scaled, float8_e4m3fn>(v);
-    if (v.ta == "e5m2") return run_f8_b<Model, Scaled, float8_e5m2>(v);
-    if (v.ta == "e2m3") return run_f8_b<Model, Scaled, float6_e2m3fn>(v);
-    if (v.ta == "e3m2") return run_f8_b<Model, Scaled, float6_e3m2fn>(v);
-    if (v.ta == "e2m1") return run_f8_b<Model, Scaled, float4_e2m1fn>(v);
+    if (v.ta == "e4m3") return bmma_run_f8_b<Model, Scaled, float8_e4m3fn>(v);
+    if (v.ta == "e5m2") return bmma_run_f8_b<Model, Scaled, float8_e5m2>(v);
+    if (v.ta == "e2m3") return bmma_run_f8_b<Model, Scaled, float6_e2m3fn>(v);
+    if (v.ta == "e3m2") return bmma_run_f8_b<Model, Scaled, float6_e3m2fn>(v);
+    if (v.ta == "e2m1") return bmma_run_f8_b<Model, Scaled, float4_e2m1fn>(v);
     throw std::runtime_error("format " + v.ta);
 }
 
 template <class Model>
-std::uint32_t run_f4(const vec& v)
+std::uint32_t bmma_run_f4(const bmma_vec& v)
 {
     using S = typename Model::scale_type;
-    return bits(tc::dot<Model>(as<float4_e2m1fn>(v.a), as<float4_e2m1fn>(v.b), from_bits(v.c), as<S>(v.sa), as<S>(v.sb)));
+    return bmma_bits(tc::dot<Model>(bmma_as<float4_e2m1fn>(v.a), bmma_as<float4_e2m1fn>(v.b), bmma_from_bits(v.c), bmma_as<S>(v.sa), bmma_as<S>(v.sb)));
 }
 
 /// The block-scaled units with the template's convention for zeros (zero products, zero group
 /// sums and C = 0 take no part): how much MMA-Sim's convention matters on the vectors.
-using no_part = tc::block_rules<tc::zero_terms::take_no_part>;
-struct mxf8f6f4_no_part : tc::block_scaled_model<25, 32, 32, tc::f8f6f4_operands, tc::scale_format::ue8m0,
-                                                 tc::block_adder::fused, 16, no_part> {
-    static constexpr const char* name = "mxf8f6f4_no_part";
+using bmma_no_part = tc::block_rules<tc::zero_terms::take_no_part>;
+struct bmma_mxf8f6f4_no_part : tc::block_scaled_model<25, 32, 32, tc::f8f6f4_operands, tc::scale_format::ue8m0,
+                                                 tc::block_adder::fused, 16, bmma_no_part> {
+    static constexpr const char* name = "bmma_mxf8f6f4_no_part";
 };
-struct nvfp4_no_part : tc::block_scaled_model<35, 64, 16, tc::any_pair_of<float4_e2m1fn>, tc::scale_format::ue4m3,
-                                              tc::block_adder::two_level, 16, no_part> {
-    static constexpr const char* name = "nvfp4_no_part";
+struct bmma_nvfp4_no_part : tc::block_scaled_model<35, 64, 16, tc::any_pair_of<float4_e2m1fn>, tc::scale_format::ue4m3,
+                                              tc::block_adder::two_level, 16, bmma_no_part> {
+    static constexpr const char* name = "bmma_nvfp4_no_part";
 };
 /// nvfp4 with one fused adder over all 64 products (no exact groups), F = 35: the two levels matter.
-struct nvfp4_fused : tc::block_scaled_model<35, 64, 16, tc::any_pair_of<float4_e2m1fn>, tc::scale_format::ue4m3,
+struct bmma_nvfp4_fused : tc::block_scaled_model<35, 64, 16, tc::any_pair_of<float4_e2m1fn>, tc::scale_format::ue4m3,
                                             tc::block_adder::fused> {
-    static constexpr const char* name = "nvfp4_fused";
+    static constexpr const char* name = "bmma_nvfp4_fused";
 };
 
 /// F one off.
 template <int F>
-struct mxf8f6f4_f : tc::block_scaled_model<F, 32, 32, tc::f8f6f4_operands, tc::scale_format::ue8m0, tc::block_adder::fused> {
-    static constexpr const char* name = "mxf8f6f4_f";
+struct bmma_mxf8f6f4_f : tc::block_scaled_model<F, 32, 32, tc::f8f6f4_operands, tc::scale_format::ue8m0, tc::block_adder::fused> {
+    static constexpr const char* name = "bmma_mxf8f6f4_f";
 };
 template <int F>
-struct nvfp4_f : tc::block_scaled_model<F, 64, 16, tc::any_pair_of<float4_e2m1fn>, tc::scale_format::ue4m3,
+struct bmma_nvfp4_f : tc::block_scaled_model<F, 64, 16, tc::any_pair_of<float4_e2m1fn>, tc::scale_format::ue4m3,
                                         tc::block_adder::two_level> {
-    static constexpr const char* name = "nvfp4_f";
+    static constexpr const char* name = "bmma_nvfp4_f";
 };
 
-struct tally {
+struct bmma_tally {
     std::size_t equal = 0, lines = 0;
     std::string first_miss;
-    void add(const vec& v, std::uint32_t got)
+    void add(const bmma_vec& v, std::uint32_t got)
     {
         ++lines;
         if (got == v.d) {
@@ -175,40 +175,40 @@ struct tally {
 TEST_CASE("Blackwell block-scaled units reproduce MMA-Sim's vectors bit for bit", "[tensor_core][block_mma]")
 {
     using namespace block_mma_test;
-    const std::vector<vec> vs = read_vectors();
+    const std::vector<bmma_vec> vs = bmma_read_vectors();
     REQUIRE(vs.size() == 1100);
 
-    std::map<std::string, tally> t;
-    for (const vec& v : vs) {
+    std::map<std::string, bmma_tally> t;
+    for (const bmma_vec& v : vs) {
         if (v.kind == "f8f6f4") {
             // The template tag, and the block engine with unit scales (MMA-Sim calls one function).
             t[v.cls.rfind("zero_", 0) == 0 ? "f8f6f4 tag, all-zero products" : "f8f6f4 tag"].add(
-                v, run_f8_any<tc::b200_f8f6f4, false>(v));
-            t["f8f6f4 as mxf8f6f4, scales 1"].add(v, run_f8_any<tc::b200_mxf8f6f4, true>(v));
-            t[std::string("f8f6f4 ") + v.src].add(v, run_f8_any<tc::b200_f8f6f4, false>(v));
+                v, bmma_run_f8_any<tc::b200_f8f6f4, false>(v));
+            t["f8f6f4 as mxf8f6f4, scales 1"].add(v, bmma_run_f8_any<tc::b200_mxf8f6f4, true>(v));
+            t[std::string("f8f6f4 ") + v.src].add(v, bmma_run_f8_any<tc::b200_f8f6f4, false>(v));
         } else if (v.kind == "mxf8f6f4") {
-            t["mxf8f6f4"].add(v, run_f8_any<tc::b200_mxf8f6f4, true>(v));
-            t["mxf8f6f4 " + v.src].add(v, run_f8_any<tc::b200_mxf8f6f4, true>(v));
-            t["mxf8f6f4, zeros take no part"].add(v, run_f8_any<mxf8f6f4_no_part, true>(v));
-            t["mxf8f6f4, F = 24"].add(v, run_f8_any<mxf8f6f4_f<24>, true>(v));
-            t["mxf8f6f4, F = 26"].add(v, run_f8_any<mxf8f6f4_f<26>, true>(v));
+            t["mxf8f6f4"].add(v, bmma_run_f8_any<tc::b200_mxf8f6f4, true>(v));
+            t["mxf8f6f4 " + v.src].add(v, bmma_run_f8_any<tc::b200_mxf8f6f4, true>(v));
+            t["mxf8f6f4, zeros take no part"].add(v, bmma_run_f8_any<bmma_mxf8f6f4_no_part, true>(v));
+            t["mxf8f6f4, F = 24"].add(v, bmma_run_f8_any<bmma_mxf8f6f4_f<24>, true>(v));
+            t["mxf8f6f4, F = 26"].add(v, bmma_run_f8_any<bmma_mxf8f6f4_f<26>, true>(v));
         } else if (v.kind == "nvf4") {
-            t["nvf4"].add(v, run_f4<tc::b200_nvfp4>(v));
-            t["nvf4, zeros take no part"].add(v, run_f4<nvfp4_no_part>(v));
-            t["nvf4, one fused adder"].add(v, run_f4<nvfp4_fused>(v));
-            t["nvf4, F = 34"].add(v, run_f4<nvfp4_f<34>>(v));
-            t["nvf4, F = 36"].add(v, run_f4<nvfp4_f<36>>(v));
+            t["nvf4"].add(v, bmma_run_f4<tc::b200_nvfp4>(v));
+            t["nvf4, zeros take no part"].add(v, bmma_run_f4<bmma_nvfp4_no_part>(v));
+            t["nvf4, one fused adder"].add(v, bmma_run_f4<bmma_nvfp4_fused>(v));
+            t["nvf4, F = 34"].add(v, bmma_run_f4<bmma_nvfp4_f<34>>(v));
+            t["nvf4, F = 36"].add(v, bmma_run_f4<bmma_nvfp4_f<36>>(v));
         } else if (v.kind == "mxf4") {
-            t["mxf4"].add(v, run_f4<tc::b200_mxf4>(v));
+            t["mxf4"].add(v, bmma_run_f4<tc::b200_mxf4>(v));
         } else if (v.kind == "mxf4b16") {
-            t["mxf4b16"].add(v, run_f4<tc::b200_mxf4_block16>(v));
+            t["mxf4b16"].add(v, bmma_run_f4<tc::b200_mxf4_block16>(v));
         } else {
             FAIL("unknown kind " << v.kind);
         }
     }
 
     const auto all = [&](const char* name, std::size_t lines) {
-        const tally& r = t[name];
+        const bmma_tally& r = t[name];
         INFO(name << ": " << r.equal << "/" << r.lines << "; first miss: " << r.first_miss);
         CHECK(r.lines == lines);
         CHECK(r.equal == r.lines);
@@ -262,8 +262,8 @@ TEST_CASE("Blackwell block-scaled units: special cases", "[tensor_core][block_mm
     using namespace block_mma_test;
     const float nan_bits = std::bit_cast<float>(0x7fffffffu);
     const float inf = std::numeric_limits<float>::infinity();
-    const auto e8 = [](unsigned code) { return e8m0::from_bits(static_cast<std::uint8_t>(code)); };
-    const e8m0 one = e8(127);
+    const auto e8 = [](unsigned code) { return bmma_e8m0::from_bits(static_cast<std::uint8_t>(code)); };
+    const bmma_e8m0 one = e8(127);
     std::array<float8_e4m3fn, 32> a{}, b{};
     a.fill(float8_e4m3fn(1.0f));
     b.fill(float8_e4m3fn(1.0f));
@@ -276,19 +276,19 @@ TEST_CASE("Blackwell block-scaled units: special cases", "[tensor_core][block_mm
     }
     SECTION("NaN: E8M0 0xff, operands, C; inf * 0; +inf - inf")
     {
-        CHECK(bits(tc::dot<tc::b200_mxf8f6f4>(a, b, 0.0f, e8(0xff), one)) == bits(nan_bits));
+        CHECK(bmma_bits(tc::dot<tc::b200_mxf8f6f4>(a, b, 0.0f, e8(0xff), one)) == bmma_bits(nan_bits));
         std::array<float8_e4m3fn, 32> z{};
-        CHECK(bits(tc::dot<tc::b200_mxf8f6f4>(z, z, 0.0f, one, e8(0xff))) == bits(nan_bits));
-        CHECK(bits(tc::dot<tc::b200_mxf8f6f4>(a, b, std::numeric_limits<float>::quiet_NaN(), one, one)) == bits(nan_bits));
+        CHECK(bmma_bits(tc::dot<tc::b200_mxf8f6f4>(z, z, 0.0f, one, e8(0xff))) == bmma_bits(nan_bits));
+        CHECK(bmma_bits(tc::dot<tc::b200_mxf8f6f4>(a, b, std::numeric_limits<float>::quiet_NaN(), one, one)) == bmma_bits(nan_bits));
         std::array<float8_e5m2, 32> x{}, y{};
         y.fill(float8_e5m2(1.0f));
         x[0] = float8_e5m2::from_bits(0x7c);  // +inf
         CHECK(tc::dot<tc::b200_mxf8f6f4>(x, y, 1.0f, one, one) == inf);
         CHECK(tc::dot<tc::b200_mxf8f6f4>(x, y, 1.0f, e8(0), e8(0)) == inf);  // inf * 2^-254 stays inf
-        CHECK(bits(tc::dot<tc::b200_mxf8f6f4>(x, y, -inf, one, one)) == bits(nan_bits));
+        CHECK(bmma_bits(tc::dot<tc::b200_mxf8f6f4>(x, y, -inf, one, one)) == bmma_bits(nan_bits));
         y[0] = float8_e5m2(0.0f);
-        CHECK(bits(tc::dot<tc::b200_mxf8f6f4>(x, y, 1.0f, one, one)) == bits(nan_bits));
-        CHECK(bits(tc::dot<tc::b200_f8f6f4>(x, y, 1.0f)) == bits(nan_bits));
+        CHECK(bmma_bits(tc::dot<tc::b200_mxf8f6f4>(x, y, 1.0f, one, one)) == bmma_bits(nan_bits));
+        CHECK(bmma_bits(tc::dot<tc::b200_f8f6f4>(x, y, 1.0f)) == bmma_bits(nan_bits));
     }
     SECTION("overflow to inf at 2^128, subnormal results cut toward zero")
     {
@@ -304,45 +304,45 @@ TEST_CASE("Blackwell block-scaled units: special cases", "[tensor_core][block_mm
     {
         std::array<float8_e4m3fn, 32> z{};
         CHECK(tc::dot<tc::b200_mxf8f6f4>(z, b, 1.0f, e8(127 + 100), e8(127 + 100)) == 0.0f);
-        CHECK(tc::dot<block_mma_test::mxf8f6f4_no_part>(z, b, 1.0f, e8(127 + 100), e8(127 + 100)) == 1.0f);
+        CHECK(tc::dot<block_mma_test::bmma_mxf8f6f4_no_part>(z, b, 1.0f, e8(127 + 100), e8(127 + 100)) == 1.0f);
         CHECK(tc::dot<tc::b200_mxf8f6f4>(z, b, 1.0f, one, one) == 1.0f);
-        CHECK(bits(tc::dot<tc::b200_mxf8f6f4>(z, b, -0.0f, one, one)) == 0u);  // +0
+        CHECK(bmma_bits(tc::dot<tc::b200_mxf8f6f4>(z, b, -0.0f, one, one)) == 0u);  // +0
     }
     SECTION("nvfp4: two levels, UE4M3 scales (sign ignored, 0x7f NaN, zero)")
     {
         std::array<float4_e2m1fn, 64> x{}, y{};
         x.fill(float4_e2m1fn(1.0f));
         y.fill(float4_e2m1fn(0.5f));
-        const auto s = [](float v) { return ue4m3(v); };
-        std::array<ue4m3, 4> sx{s(1), s(1), s(1), s(1)}, sy{s(2), s(2), s(2), s(2)};
+        const auto s = [](float v) { return bmma_ue4m3(v); };
+        std::array<bmma_ue4m3, 4> sx{s(1), s(1), s(1), s(1)}, sy{s(2), s(2), s(2), s(2)};
         CHECK(tc::dot<tc::b200_nvfp4>(x, y, 0.0f, sx, sy) == 64.0f);
         sx[1] = s(-1.0f);  // the sign bit of a UE4M3 scale is ignored
         CHECK(tc::dot<tc::b200_nvfp4>(x, y, 0.0f, sx, sy) == 64.0f);
-        sx[2] = ue4m3::from_bits(0);  // a zero scale: its group is dropped
+        sx[2] = bmma_ue4m3::from_bits(0);  // a zero scale: its group is dropped
         CHECK(tc::dot<tc::b200_nvfp4>(x, y, 0.0f, sx, sy) == 48.0f);
-        sx[3] = ue4m3::from_bits(0x7f);
-        CHECK(bits(tc::dot<tc::b200_nvfp4>(x, y, 0.0f, sx, sy)) == bits(nan_bits));
+        sx[3] = bmma_ue4m3::from_bits(0x7f);
+        CHECK(bmma_bits(tc::dot<tc::b200_nvfp4>(x, y, 0.0f, sx, sy)) == bmma_bits(nan_bits));
         sx = {s(1), s(1), s(1), s(1)};
         CHECK(tc::dot<tc::b200_nvfp4>(x, y, inf, sx, sy) == inf);  // decided: MMA-Sim stops here
         CHECK(tc::dot<tc::b200_nvfp4>(x, y, -inf, sx, sy) == -inf);
         // A group joins with its scales' exponents, not its sum's: 1 + 2^-30 * (group of 16 * 0.5)
-        // keeps bits that a normalised group would lose? Both: F = 35 keeps 2^-27 below 2^8.
-        std::array<ue4m3, 4> big{s(448), s(1), s(1), s(1)};
+        // keeps bmma_bits that a normalised group would lose? Both: F = 35 keeps 2^-27 below 2^8.
+        std::array<bmma_ue4m3, 4> big{s(448), s(1), s(1), s(1)};
         x.fill(float4_e2m1fn(0.0f));
         x[0] = float4_e2m1fn(0.5f);
         x[16] = float4_e2m1fn(0.5f);
         y.fill(float4_e2m1fn(0.5f));
         // 0.25 * 448 + 0.25 = 112.25: exact (the groups' exponents 8 and 0, F = 35)
-        CHECK(tc::dot<tc::b200_nvfp4>(x, y, 0.0f, big, std::array<ue4m3, 4>{s(1), s(1), s(1), s(1)}) == 112.25f);
+        CHECK(tc::dot<tc::b200_nvfp4>(x, y, 0.0f, big, std::array<bmma_ue4m3, 4>{s(1), s(1), s(1), s(1)}) == 112.25f);
     }
     SECTION("shape errors")
     {
         std::vector<float8_e4m3fn> short_a(16);
         CHECK_THROWS_AS(tc::dot<tc::b200_mxf8f6f4>(short_a, b, 0.0f, one, one), shape_error);
         std::array<float4_e2m1fn, 64> x{};
-        std::array<ue4m3, 3> three{};
-        std::array<ue4m3, 4> four{};
-        CHECK_THROWS_AS(tc::dot<tc::b200_nvfp4>(x, x, 0.0f, std::span<const ue4m3>(three), std::span<const ue4m3>(four)),
+        std::array<bmma_ue4m3, 3> three{};
+        std::array<bmma_ue4m3, 4> four{};
+        CHECK_THROWS_AS(tc::dot<tc::b200_nvfp4>(x, x, 0.0f, std::span<const bmma_ue4m3>(three), std::span<const bmma_ue4m3>(four)),
                         shape_error);
     }
 }
@@ -374,7 +374,7 @@ TEST_CASE("Blackwell block-scaled GEMMs chain their instruction along K", "[tens
                     }
                     acc = tc::dot<tc::b200_mxf8f6f4>(x, y, acc, a.scales()(i, s / 32), b.scales()(s / 32, j));
                 }
-                CHECK(bits(z(i, j)) == bits(acc));
+                CHECK(bmma_bits(z(i, j)) == bmma_bits(acc));
                 // and close to the float product of the dequantised values
                 double ref = 0;
                 for (std::size_t t = 0; t < k; ++t) ref += double(a.value()(i, t)) * double(b.value()(t, j));
@@ -389,10 +389,10 @@ TEST_CASE("Blackwell block-scaled GEMMs chain their instruction along K", "[tens
         xt::xarray<float4_e2m1fn> b = xt::xarray<float4_e2m1fn>::from_shape({k, n});
         for (auto& x : a) x = float4_e2m1fn(u(rng));
         for (auto& x : b) x = float4_e2m1fn(u(rng));
-        xt::xarray<ue4m3> sa = xt::xarray<ue4m3>::from_shape({m, k / 16});
-        xt::xarray<ue4m3> sb = xt::xarray<ue4m3>::from_shape({k / 16, n});
-        for (auto& x : sa) x = ue4m3(std::ldexp(1.0f + float(rng() % 8) / 8, int(rng() % 9) - 4));
-        for (auto& x : sb) x = ue4m3(std::ldexp(1.0f + float(rng() % 8) / 8, int(rng() % 9) - 4));
+        xt::xarray<bmma_ue4m3> sa = xt::xarray<bmma_ue4m3>::from_shape({m, k / 16});
+        xt::xarray<bmma_ue4m3> sb = xt::xarray<bmma_ue4m3>::from_shape({k / 16, n});
+        for (auto& x : sa) x = bmma_ue4m3(std::ldexp(1.0f + float(rng() % 8) / 8, int(rng() % 9) - 4));
+        for (auto& x : sb) x = bmma_ue4m3(std::ldexp(1.0f + float(rng() % 8) / 8, int(rng() % 9) - 4));
         const xt::xarray<float> z = tc::block_gemm<tc::b200_nvfp4_chain>(a, sa, b, sb);
         for (std::size_t i = 0; i < m; ++i) {
             for (std::size_t j = 0; j < n; ++j) {
@@ -406,7 +406,7 @@ TEST_CASE("Blackwell block-scaled GEMMs chain their instruction along K", "[tens
         }
         // the first 64 of K alone: one instruction
         std::vector<float4_e2m1fn> x(64), y(64);
-        std::array<ue4m3, 4> qx{}, qy{};
+        std::array<bmma_ue4m3, 4> qx{}, qy{};
         for (std::size_t t = 0; t < 64; ++t) {
             x[t] = a(0, t);
             y[t] = b(t, 1);
@@ -416,9 +416,9 @@ TEST_CASE("Blackwell block-scaled GEMMs chain their instruction along K", "[tens
             qy[g] = sb(g, 1);
         }
         const xt::xarray<float> z64 = tc::block_gemm<tc::b200_nvfp4_chain>(
-            xt::xarray<float4_e2m1fn>(xt::view(a, xt::all(), xt::range(0, 64))), xt::xarray<ue4m3>(xt::view(sa, xt::all(), xt::range(0, 4))),
-            xt::xarray<float4_e2m1fn>(xt::view(b, xt::range(0, 64), xt::all())), xt::xarray<ue4m3>(xt::view(sb, xt::range(0, 4), xt::all())));
-        CHECK(bits(z64(0, 1)) == bits(tc::dot<tc::b200_nvfp4>(x, y, 0.0f, qx, qy)));
+            xt::xarray<float4_e2m1fn>(xt::view(a, xt::all(), xt::range(0, 64))), xt::xarray<bmma_ue4m3>(xt::view(sa, xt::all(), xt::range(0, 4))),
+            xt::xarray<float4_e2m1fn>(xt::view(b, xt::range(0, 64), xt::all())), xt::xarray<bmma_ue4m3>(xt::view(sb, xt::range(0, 4), xt::all())));
+        CHECK(bmma_bits(z64(0, 1)) == bmma_bits(tc::dot<tc::b200_nvfp4>(x, y, 0.0f, qx, qy)));
     }
     SECTION("b200_f8f6f4_chain: fp6 x fp4 GEMM = chained dot")
     {
@@ -439,7 +439,7 @@ TEST_CASE("Blackwell block-scaled GEMMs chain their instruction along K", "[tens
                     }
                     acc = tc::dot<tc::b200_f8f6f4>(x, y, acc);
                 }
-                CHECK(bits(z(i, j)) == bits(acc));
+                CHECK(bmma_bits(z(i, j)) == bmma_bits(acc));
             }
         }
     }
