@@ -7,6 +7,7 @@
 #include <scalify/tensor_core/accumulation.hpp>
 #include <scalify/tensor_core/amx.hpp>
 #include <scalify/tensor_core/blackwell.hpp>
+#include <scalify/tensor_core/cdna.hpp>
 #include <scalify/tensor_core/dot.hpp>
 #include <scalify/tensor_core/gemm.hpp>
 #include <scalify/tensor_core/model.hpp>

@@ -1,0 +1,595 @@
+#pragma once
+/// \file tensor_core/cdna.hpp
+/// AMD's CDNA matrix cores (MFMA instructions of the MI100, MI200 and MI300 series), as the
+/// published bit-accurate model MMA-Sim describes them (Xie et al., arXiv 2511.10909;
+/// microsoft/MMA-Sim, mmasim/simulator/amd.py and arithmetic.py at commit c785138), checked bit for
+/// bit against that model's outputs (tools/gen_cdna_vectors.py, tests/data/cdna/). Two rules, per
+/// block of products (an instruction of a longer K chains its blocks, each block's float32 result
+/// the next one's accumulator):
+///
+/// - CDNA1 (MI100) and CDNA2 (MI210, MI250): pairwise float32 additions. Each product is rounded
+///   to float32 (fmaf(a, b, +0): exact for f16, rounded for bf16; a zero product is +0), the block's
+///   products are summed as a balanced tree of float32 additions (halves: (p0 + p1) + (p2 + p3)),
+///   and the tree's sum is added to C. Every operation rounds to nearest even with gradual
+///   underflow. CDNA2 flushes: operands, and a C, below their format's smallest normal read as +0,
+///   and every product, tree sum and C + sum below 2^-126 becomes a zero of its sign.
+///       f16: blocks of 4; bf16: blocks of 2 (v_mfma_f32_*bf16), 4 (CDNA2's v_mfma_f32_*bf16_1k).
+/// - CDNA3 (MI300): an exact-sum-then-round unit. The block's products (exact, nominal exponent
+///   ea + eb; a zero operand counts with exponent -126, as in MMA-Sim) are cut toward zero to 24
+///   bits below their largest exponent e and summed exactly; that sum is rounded down (toward
+///   -inf) to 31 bits below max(e, ec), C rounded down to 24 bits below it, the two added exactly
+///   and the total rounded once to float32, nearest even (gradual underflow, overflow to inf).
+///   fp8 (e4m3fnuz "fp8", e5m2fnuz "bf8", any pair): the even- and odd-indexed products are two
+///   such sums, each rounded down to 24 bits below the larger of their exponents before they add,
+///   and C takes no part when its exponent lies more than 25 below.
+///       f16, bf16: blocks of 8 (one block of 4 for the K = 4 instructions); xf32 (float operands
+///       truncated to tf32): blocks of 4; fp8: blocks of 16.
+///
+/// Non-finite values (MMA-Sim's rules, on no hardware capture here): a NaN operand or C, inf * 0,
+/// or +inf and -inf among the products and C give NaN (returned as 0x7fc00000; MMA-Sim's NaN is its
+/// host's, so NaN payloads are not modelled); otherwise an infinite product or C gives that
+/// infinity. On CDNA3 a finite bf16 or xf32 product of magnitude >= 2^128 gives an infinity of its
+/// sign whatever the other terms are (NaN if both signs occur).
+///
+///     std::array<Eigen::half, 16> a{...}, b{...};
+///     float d = tensor_core::dot<tensor_core::mi300_mfma>(a, b, 0.0f);      // v_mfma_f32_16x16x16_f16
+///     auto y = tensor_core::gemm<tensor_core::mi300_mfma_chain>(x, w);      // chained along K
+///
+/// The models take the spellings of the NVIDIA ones (dot, gemm, gemm_dot) through overloads
+/// constrained on CdnaModel and CdnaGemmModel; matmul's accumulation models and scopes do not take
+/// them. docs: the CDNA section of docs/tensor_core.md.
+
+#include <scalify/detail/parallel.hpp>
+#include <scalify/error.hpp>
+#include <scalify/scaled_array.hpp>
+#include <scalify/tensor_core/dot.hpp>
+#include <scalify/tensor_core/model.hpp>
+
+#include <fmt/format.h>
+#include <xtensor/xarray.hpp>
+
+#include <algorithm>
+#include <bit>
+#include <concepts>
+#include <cstddef>
+#include <cstdint>
+#include <ranges>
+#include <span>
+#include <type_traits>
+#include <vector>
+
+namespace scalify::tensor_core {
+
+// ---------------------------------------------------------------------------------------------
+// Models
+
+/// How a CDNA matrix core sums a block of products and the accumulator.
+enum class cdna_sum {
+    pairwise_fp32,    ///< CDNA1, CDNA2: products rounded to float32, a balanced tree of float32 adds, then + C
+    fused_round_down  ///< CDNA3: exact products cut to 24 bits, summed exactly, rounded down, + C, one RNE
+};
+
+/// A CDNA MFMA unit: how it sums (Sum), whether it flushes subnormals (CDNA2) and the block of
+/// products of each operand family (0: the unit has no such instruction).
+/// \tparam F16Block Eigen::half x Eigen::half
+/// \tparam Bf16Block Eigen::bfloat16 x Eigen::bfloat16
+/// \tparam Xf32Block float x float, each operand truncated to tf32 (CDNA3's xf32)
+/// \tparam Fp8Block float8_e4m3fnuz / float8_e5m2fnuz in any pair (CDNA3's fp8 and bf8)
+template <cdna_sum Sum, bool FlushSubnormals, std::size_t F16Block, std::size_t Bf16Block, std::size_t Xf32Block,
+          std::size_t Fp8Block>
+struct cdna_mfma_model {
+    static_assert(Sum == cdna_sum::fused_round_down || (Xf32Block == 0 && Fp8Block == 0),
+                  "only the CDNA3 rule (fused_round_down) has xf32 and fp8 instructions");
+    static_assert(F16Block <= 16 && Bf16Block <= 16 && Xf32Block <= 16 && Fp8Block <= 16, "blocks of at most 16");
+    static constexpr cdna_sum sum = Sum;
+    static constexpr bool flush_subnormals = FlushSubnormals;
+    static constexpr std::size_t f16_block = F16Block;
+    static constexpr std::size_t bf16_block = Bf16Block;
+    static constexpr std::size_t xf32_block = Xf32Block;
+    static constexpr std::size_t fp8_block = Fp8Block;
+
+    template <class TA, class TB>
+    static constexpr std::size_t block_of() noexcept
+    {
+        constexpr bool fp8a = std::same_as<TA, float8_e4m3fnuz> || std::same_as<TA, float8_e5m2fnuz>;
+        constexpr bool fp8b = std::same_as<TB, float8_e4m3fnuz> || std::same_as<TB, float8_e5m2fnuz>;
+        if constexpr (fp8a && fp8b) return Fp8Block;
+        else if constexpr (!std::same_as<TA, TB>) return 0;
+        else if constexpr (std::same_as<TA, Eigen::half>) return F16Block;
+        else if constexpr (std::same_as<TA, Eigen::bfloat16>) return Bf16Block;
+        else if constexpr (std::same_as<TA, float>) return Xf32Block;
+        else return 0;
+    }
+    /// Products per block for operands TA x TB (0: not taken).
+    template <class TA, class TB>
+    static constexpr std::size_t block = block_of<TA, TB>();
+    template <class TA, class TB>
+    static constexpr bool takes = block<TA, TB> != 0;
+};
+
+/// A tag describing one CDNA unit: derived from cdna_mfma_model, with a name.
+template <class M>
+concept CdnaModel = std::is_base_of_v<cdna_mfma_model<M::sum, M::flush_subnormals, M::f16_block, M::bf16_block,
+                                                      M::xf32_block, M::fp8_block>,
+                                      M> &&
+                    requires {
+                        { M::name } -> std::convertible_to<const char*>;
+                    };
+
+template <class M, class TA, class TB>
+concept CdnaModelFor = CdnaModel<M> && M::template takes<TA, TB>;
+
+/// MI100 (CDNA1, gfx908) v_mfma_f32_*f16 (blocks of 4) and v_mfma_f32_*bf16 (blocks of 2):
+/// products rounded to float32, pairwise float32 adds, then + C; no flush.
+struct mi100_mfma : cdna_mfma_model<cdna_sum::pairwise_fp32, false, 4, 2, 0, 0> {
+    static constexpr const char* name = "mi100_mfma";
+};
+
+/// MI210, MI250, MI250X (CDNA2, gfx90a) v_mfma_f32_*f16 (blocks of 4) and v_mfma_f32_*bf16_1k
+/// (blocks of 4, the bf16 instructions CDNA2 added and compilers emit): CDNA1's pairwise rule with
+/// subnormals flushed (operands and C read as +0; every product, sum and result below 2^-126 a
+/// zero of its sign).
+struct mi250_mfma : cdna_mfma_model<cdna_sum::pairwise_fp32, true, 4, 4, 0, 0> {
+    static constexpr const char* name = "mi250_mfma";
+};
+using mi210_mfma = mi250_mfma;
+
+/// CDNA2's older bf16 instructions, v_mfma_f32_*bf16 without _1k (CDNA1's, blocks of 2), with
+/// CDNA2's flush.
+struct mi250_mfma_bf16 : cdna_mfma_model<cdna_sum::pairwise_fp32, true, 0, 2, 0, 0> {
+    static constexpr const char* name = "mi250_mfma_bf16";
+};
+
+/// MI300A, MI300X, MI325X (CDNA3, gfx942) v_mfma_f32_*_f16 / _bf16 (blocks of 8; the K = 4 forms
+/// one block of 4), _xf32 (float operands truncated to tf32, blocks of 4) and the fp8 forms
+/// _fp8_fp8, _fp8_bf8, _bf8_fp8, _bf8_bf8 (float8_e4m3fnuz, float8_e5m2fnuz; blocks of 16, even
+/// and odd products summed apart): the fused round-down rule. CDNA3 has no OCP fp8 (e4m3fn,
+/// e5m2) instructions; those came with CDNA4.
+struct mi300_mfma : cdna_mfma_model<cdna_sum::fused_round_down, false, 8, 8, 4, 16> {
+    static constexpr const char* name = "mi300_mfma";
+};
+using mi325_mfma = mi300_mfma;
+
+/// A GEMM on a CDNA unit: one float32 accumulator per output, starting from +0, blocks of
+/// Instruction::block<TA, TB> products along K in increasing k, each block's result the next
+/// one's C (what chaining MFMA instructions along K does); a K that is not a multiple of the block
+/// ends with a zero-padded block.
+template <CdnaModel Instruction>
+struct cdna_gemm_model {
+    using instruction = Instruction;
+};
+
+template <class M>
+concept CdnaGemmModel = std::is_base_of_v<cdna_gemm_model<typename M::instruction>, M> &&
+                        CdnaModel<typename M::instruction> && requires {
+                            { M::name } -> std::convertible_to<const char*>;
+                        };
+
+template <class M, class TA, class TB>
+concept CdnaGemmModelFor = CdnaGemmModel<M> && CdnaModelFor<typename M::instruction, TA, TB>;
+
+/// An f16/bf16 GEMM on the MI100, one chain (the natural order; no library GEMM captured).
+struct mi100_mfma_chain : cdna_gemm_model<mi100_mfma> {
+    static constexpr const char* name = "mi100_mfma_chain";
+};
+/// An f16/bf16 (_1k) GEMM on the MI250 (MI210), one chain.
+struct mi250_mfma_chain : cdna_gemm_model<mi250_mfma> {
+    static constexpr const char* name = "mi250_mfma_chain";
+};
+/// An f16/bf16/xf32/fp8 GEMM on the MI300, one chain.
+struct mi300_mfma_chain : cdna_gemm_model<mi300_mfma> {
+    static constexpr const char* name = "mi300_mfma_chain";
+};
+
+// ---------------------------------------------------------------------------------------------
+// The arithmetic, on float32 bit patterns and decomposed operands
+
+namespace detail::cdna {
+
+inline constexpr std::uint32_t quiet_nan = 0x7fc00000u;
+inline constexpr std::uint32_t positive_inf = 0x7f800000u;
+
+[[nodiscard]] constexpr bool is_nan(std::uint32_t x) noexcept { return (x & 0x7fffffffu) > 0x7f800000u; }
+[[nodiscard]] constexpr bool is_inf(std::uint32_t x) noexcept { return (x & 0x7fffffffu) == 0x7f800000u; }
+[[nodiscard]] constexpr bool is_zero(std::uint32_t x) noexcept { return (x & 0x7fffffffu) == 0; }
+[[nodiscard]] constexpr bool negative(std::uint32_t x) noexcept { return (x >> 31) != 0; }
+
+/// The float32 nearest (ties to even) to (-1)^negative * magnitude * 2^lsb, with gradual underflow
+/// (the subnormal grid 2^-149) and +-inf from 2^128; magnitude 0 gives a zero of the sign.
+[[nodiscard]] constexpr std::uint32_t nearest_float32(std::uint64_t magnitude, int lsb, bool neg) noexcept
+{
+    const std::uint32_t sign = neg ? 0x80000000u : 0u;
+    if (magnitude == 0) return sign;
+    const int top = lsb + static_cast<int>(std::bit_width(magnitude)) - 1;
+    if (top >= 129) return sign | positive_inf;
+    int target = std::max(top - 23, -149);
+    std::uint64_t m;
+    if (lsb >= target) {
+        m = magnitude << (lsb - target);
+    } else {
+        const int shift = target - lsb;
+        if (shift > 64) {
+            m = 0;  // below half of the last place
+        } else if (shift == 64) {
+            m = magnitude > (std::uint64_t{1} << 63) ? 1 : 0;  // a tie rounds to the even 0
+        } else {
+            const std::uint64_t kept = magnitude >> shift;
+            const std::uint64_t rest = magnitude & ((std::uint64_t{1} << shift) - 1);
+            const std::uint64_t half = std::uint64_t{1} << (shift - 1);
+            m = kept + ((rest > half || (rest == half && (kept & 1) != 0)) ? 1 : 0);
+        }
+    }
+    if (m >> 24) {  // rounded up to 2^24
+        m >>= 1;
+        ++target;
+    }
+    if (m < (std::uint64_t{1} << 23)) return sign | static_cast<std::uint32_t>(m);  // subnormal (target = -149)
+    const int field = target + 150;
+    if (field >= 255) return sign | positive_inf;
+    return sign | static_cast<std::uint32_t>(field) << 23 | (static_cast<std::uint32_t>(m) & 0x7fffffu);
+}
+
+/// A finite nonzero float32 as significand * 2^lsb.
+struct parts {
+    std::uint64_t significand;
+    int lsb;
+};
+[[nodiscard]] constexpr parts split(std::uint32_t x) noexcept
+{
+    const int field = static_cast<int>((x >> 23) & 0xffu);
+    const std::uint32_t mantissa = x & 0x7fffffu;
+    return field != 0 ? parts{mantissa | 0x800000u, field - 150} : parts{mantissa, -149};
+}
+
+/// x + y in float32, rounded to nearest even with gradual underflow (IEEE 754 binary32 addition in
+/// round-to-nearest): x + (-x) is +0, -0 + -0 is -0. NaN: quiet_nan.
+[[nodiscard]] constexpr std::uint32_t add(std::uint32_t x, std::uint32_t y) noexcept
+{
+    if (is_nan(x) || is_nan(y)) return quiet_nan;
+    if (is_inf(x)) return is_inf(y) && negative(x) != negative(y) ? quiet_nan : x;
+    if (is_inf(y)) return y;
+    if (is_zero(x)) return is_zero(y) ? (x & y & 0x80000000u) : y;
+    if (is_zero(y)) return x;
+    const parts a = split(x), b = split(y);
+    const int a_top = a.lsb + static_cast<int>(std::bit_width(a.significand)) - 1;
+    const int b_top = b.lsb + static_cast<int>(std::bit_width(b.significand)) - 1;
+    // A common last place no lower than 60 bits below the larger term's top: a term partly below it
+    // keeps a sticky bit, exact enough as the result's last place then lies 35 or more bits above
+    // (terms that cancel lie within a bit of each other and are never cut).
+    const int lsb = std::max(std::min(a.lsb, b.lsb), std::max(a_top, b_top) - 60);
+    const auto aligned = [lsb](const parts& t) -> std::uint64_t {
+        if (t.lsb >= lsb) return t.significand << (t.lsb - lsb);
+        const int shift = lsb - t.lsb;
+        if (shift >= 64) return 1;
+        return (t.significand >> shift) | ((t.significand & ((std::uint64_t{1} << shift) - 1)) != 0 ? 1 : 0);
+    };
+    const std::uint64_t xa = aligned(a), ya = aligned(b);
+    if (negative(x) == negative(y)) return nearest_float32(xa + ya, lsb, negative(x));
+    if (xa == ya) return 0u;
+    return xa > ya ? nearest_float32(xa - ya, lsb, negative(x)) : nearest_float32(ya - xa, lsb, negative(y));
+}
+
+/// CDNA2's flush of a result: below 2^-126 in magnitude, a zero of its sign.
+[[nodiscard]] constexpr std::uint32_t flush(std::uint32_t x) noexcept
+{
+    return (x & 0x7f800000u) == 0 ? x & 0x80000000u : x;
+}
+
+/// CDNA2's flush of an input (operand or C): below its format's smallest normal, +0.
+[[nodiscard]] constexpr operand flush_input(operand x) noexcept
+{
+    if (x.what == operand::kind::zero || (x.what == operand::kind::finite && x.significand < (1u << (x.exponent - x.lsb))))
+        return operand{};
+    return x;
+}
+[[nodiscard]] constexpr std::uint32_t flush_input(std::uint32_t c) noexcept
+{
+    return (c & 0x7f800000u) == 0 ? 0u : c;
+}
+
+/// fmaf(a, b, +0): the product rounded to float32 (nearest even, gradual underflow); a zero
+/// product is +0, inf * 0 NaN.
+[[nodiscard]] constexpr std::uint32_t product(const operand& a, const operand& b) noexcept
+{
+    using kind = operand::kind;
+    if (a.what == kind::nan || b.what == kind::nan) return quiet_nan;
+    const bool neg = a.negative != b.negative;
+    if (a.what == kind::infinite || b.what == kind::infinite) {
+        if (a.what == kind::zero || b.what == kind::zero) return quiet_nan;
+        return (neg ? 0x80000000u : 0u) | positive_inf;
+    }
+    if (a.what == kind::zero || b.what == kind::zero) return 0u;
+    return nearest_float32(std::uint64_t{a.significand} * b.significand, a.lsb + b.lsb, neg);
+}
+
+/// The balanced tree of float32 adds over products [lo, hi) (MMA-Sim's pairwise_dot).
+template <bool Flush>
+[[nodiscard]] constexpr std::uint32_t pairwise(const operand* a, const operand* b, std::size_t lo, std::size_t hi) noexcept
+{
+    std::uint32_t s;
+    if (hi - lo == 1) {
+        s = product(a[lo], b[lo]);
+    } else {
+        const std::size_t mid = lo + (hi - lo) / 2;
+        s = add(pairwise<Flush>(a, b, lo, mid), pairwise<Flush>(a, b, mid, hi));
+    }
+    return Flush ? flush(s) : s;
+}
+
+/// One block of the CDNA1/CDNA2 rule: c + tree(products), operands (and c) already flushed where
+/// the unit flushes.
+template <bool Flush>
+[[nodiscard]] constexpr std::uint32_t pairwise_block(const operand* a, const operand* b, std::size_t n,
+                                                     std::uint32_t c) noexcept
+{
+    const std::uint32_t s = add(c, pairwise<Flush>(a, b, 0, n));
+    return Flush ? flush(s) : s;
+}
+
+/// The float32 accumulator as MMA-Sim's extract_significand_exponent reads it: significand with 23
+/// fractional bits (implicit bit included for a normal), exponent (-126 for a subnormal or zero).
+struct accumulator_parts {
+    std::int64_t significand;  // signed
+    int exponent;
+};
+[[nodiscard]] constexpr accumulator_parts accumulator_of(std::uint32_t c) noexcept
+{
+    const int field = static_cast<int>((c >> 23) & 0xffu);
+    const std::int64_t m = (c & 0x7fffffu) | (field != 0 ? 0x800000u : 0u);
+    return {negative(c) ? -m : m, field != 0 ? field - 127 : -126};
+}
+
+/// x * 2^shift rounded toward -inf (shift may be negative).
+[[nodiscard]] constexpr std::int64_t floor_scale(std::int64_t x, int shift) noexcept
+{
+    if (shift >= 0) return x << shift;  // callers keep x << shift well inside 63 bits
+    if (shift <= -63) return x < 0 ? -1 : 0;
+    return x >> (-shift);  // arithmetic: toward -inf
+}
+
+/// A product as the CDNA3 unit aligns it: exact significand sa*sb at lsb la+lb, and its nominal
+/// exponent ea + eb (a zero operand counts -126).
+struct fused_term {
+    std::uint64_t significand;
+    int lsb;
+    int exponent;
+    bool negative;
+};
+
+/// MMA-Sim's fused_sum with 24 fractional bits: the terms cut toward zero to multiples of
+/// 2^(e - 24), e their largest exponent, summed exactly. Returns the sum in units of 2^(e - 24).
+[[nodiscard]] constexpr std::int64_t fused_sum(const fused_term* t, std::size_t n, std::size_t stride, int& e) noexcept
+{
+    int emax = t[0].exponent;
+    for (std::size_t i = stride; i < n; i += stride) emax = std::max(emax, t[i].exponent);
+    std::int64_t s = 0;
+    for (std::size_t i = 0; i < n; i += stride) {
+        if (t[i].significand == 0) continue;  // a zero product: its exponent counted, nothing to add
+        const int shift = t[i].lsb - (emax - 24);
+        std::uint64_t v;
+        if (shift >= 0) v = t[i].significand << shift;  // significand < 2^(26 - shift) here
+        else v = -shift >= 64 ? 0 : t[i].significand >> -shift;
+        s += t[i].negative ? -static_cast<std::int64_t>(v) : static_cast<std::int64_t>(v);
+    }
+    e = emax;
+    return s;
+}
+
+/// One block of the CDNA3 rule (MMA-Sim's amd_fused_dot_rd_add with 24 fractional bits, then the
+/// float32 conversion): c + sum of n products.
+template <bool EvenOdd>
+[[nodiscard]] constexpr std::uint32_t fused_block(const operand* a, const operand* b, std::size_t n,
+                                                  std::uint32_t c) noexcept
+{
+    using kind = operand::kind;
+    // Non-finite: as the float64 sum of the products and C would be.
+    bool pos_inf = false, neg_inf = false, nan = is_nan(c);
+    if (is_inf(c)) (negative(c) ? neg_inf : pos_inf) = true;
+    for (std::size_t i = 0; i < n; ++i) {
+        if (a[i].what == kind::nan || b[i].what == kind::nan) nan = true;
+        else if (a[i].what == kind::infinite || b[i].what == kind::infinite) {
+            if (a[i].what == kind::zero || b[i].what == kind::zero) nan = true;
+            else (a[i].negative != b[i].negative ? neg_inf : pos_inf) = true;
+        }
+    }
+    if (nan || (pos_inf && neg_inf)) return quiet_nan;
+    if (pos_inf || neg_inf) return pos_inf ? positive_inf : 0x80000000u | positive_inf;
+    // Finite products past float32's range (bf16, xf32) are infinities, whatever else there is.
+    fused_term t[16] = {};
+    for (std::size_t i = 0; i < n; ++i) {
+        const operand& x = a[i];
+        const operand& y = b[i];
+        const bool zero = x.what == kind::zero || y.what == kind::zero;
+        t[i].significand = zero ? 0 : std::uint64_t{x.significand} * y.significand;
+        t[i].lsb = x.lsb + y.lsb;
+        t[i].exponent = (x.what == kind::zero ? -126 : x.exponent) + (y.what == kind::zero ? -126 : y.exponent);
+        t[i].negative = x.negative != y.negative;
+        if (!zero && t[i].lsb + static_cast<int>(std::bit_width(t[i].significand)) - 1 >= 128)
+            (t[i].negative ? neg_inf : pos_inf) = true;
+    }
+    if (pos_inf && neg_inf) return quiet_nan;
+    if (pos_inf || neg_inf) return pos_inf ? positive_inf : 0x80000000u | positive_inf;
+
+    const accumulator_parts acc = accumulator_of(c);
+    std::int64_t s;  // in units of 2^(e - 24)
+    int e;
+    if constexpr (EvenOdd) {
+        int e0 = 0, e1 = 0;
+        const std::int64_t s0 = fused_sum(t, n, 2, e0);
+        const std::int64_t s1 = n > 1 ? fused_sum(t + 1, n - 1, 2, e1) : 0;
+        if (n == 1) e1 = e0;
+        e = std::max(e0, e1);
+        s = floor_scale(s0, e0 - e) + floor_scale(s1, e1 - e);
+    } else {
+        s = fused_sum(t, n, 1, e);
+    }
+    const int max_e = std::max(e, acc.exponent);
+    const std::int64_t sum31 = floor_scale(s, 7 + e - max_e);  // units of 2^(max_e - 31)
+    std::int64_t c24 = 0;                                      // units of 2^(max_e - 24)
+    if (!EvenOdd || acc.exponent >= max_e - 25) c24 = floor_scale(acc.significand, 1 + acc.exponent - max_e);
+    const std::int64_t total = sum31 + c24 * 128;
+    if (total == 0) return 0u;
+    return nearest_float32(static_cast<std::uint64_t>(total < 0 ? -total : total), max_e - 31, total < 0);
+}
+
+/// A float operand as CDNA3's xf32 reads it: truncated to tf32 (the low 13 bits dropped, as
+/// MMA-Sim's truncate_to_tf32, so a NaN whose payload lies only there reads as inf), with its
+/// nominal exponent (-126 for a subnormal).
+[[nodiscard]] constexpr operand decompose_xf32(float value) noexcept
+{
+    const std::uint32_t bits = std::bit_cast<std::uint32_t>(value) & 0xffffe000u;
+    return decompose_tf32<tf32_input::truncate>(std::bit_cast<float>(bits));
+}
+
+template <class T>
+[[nodiscard]] constexpr operand read(const T& x) noexcept
+{
+    if constexpr (std::same_as<T, float>) return decompose_xf32(x);
+    else return decompose(x);
+}
+
+/// One block of Model's rule for n products (1 <= n <= 16); c already read as the unit reads its
+/// C (chain() flushes it once, before the first block).
+template <CdnaModel Model, bool EvenOdd>
+[[nodiscard]] constexpr std::uint32_t block(operand* a, operand* b, std::size_t n, std::uint32_t c) noexcept
+{
+    if constexpr (Model::sum == cdna_sum::pairwise_fp32) {
+        if constexpr (Model::flush_subnormals) {
+            for (std::size_t i = 0; i < n; ++i) {
+                a[i] = flush_input(a[i]);
+                b[i] = flush_input(b[i]);
+            }
+        }
+        return pairwise_block<Model::flush_subnormals>(a, b, n, c);
+    } else {
+        return fused_block<EvenOdd>(a, b, n, c);
+    }
+}
+
+template <class TA, class TB>
+inline constexpr bool fp8_pair = !std::same_as<TA, float> && !std::same_as<TA, Eigen::half> &&
+                                 !std::same_as<TA, Eigen::bfloat16> && !std::same_as<TB, float> &&
+                                 !std::same_as<TB, Eigen::half> && !std::same_as<TB, Eigen::bfloat16>;
+
+/// c + sum of n products, blocks of Block in increasing k (the last one zero-padded), each block's
+/// result the next one's c.
+template <CdnaModel Model, class TA, class TB>
+[[nodiscard]] std::uint32_t chain(const TA* a, std::size_t a_stride, const TB* b, std::size_t b_stride, std::size_t n,
+                                  std::size_t block_size, std::uint32_t c) noexcept
+{
+    constexpr bool even_odd = fp8_pair<TA, TB>;
+    if constexpr (Model::sum == cdna_sum::pairwise_fp32 && Model::flush_subnormals) c = flush_input(c);
+    operand x[16], y[16];
+    for (std::size_t s = 0; s < n; s += block_size) {
+        const std::size_t m = std::min(block_size, n - s);
+        for (std::size_t i = 0; i < block_size; ++i) {
+            x[i] = i < m ? read(a[(s + i) * a_stride]) : operand{};
+            y[i] = i < m ? read(b[(s + i) * b_stride]) : operand{};
+        }
+        c = block<Model, even_odd>(x, y, block_size, c);
+    }
+    return c;
+}
+
+template <CdnaModel Model, class TA, class TB>
+constexpr void check_operands() noexcept
+{
+    static_assert(Model::template takes<TA, TB>,
+                  "this CDNA model does not take these operand types (mi100_mfma, mi250_mfma: Eigen::half x "
+                  "Eigen::half, Eigen::bfloat16 x Eigen::bfloat16; mi250_mfma_bf16: bf16 only; mi300_mfma: those, "
+                  "float x float (xf32) and float8_e4m3fnuz / float8_e5m2fnuz in any pair)");
+}
+
+}  // namespace detail::cdna
+
+// ---------------------------------------------------------------------------------------------
+// dot, gemm, gemm_dot
+
+/// One instruction's result for one output: c + sum of a[k]*b[k] as Model's unit computes it (bit
+/// for bit with MMA-Sim). a and b hold the same number n of products: a multiple of the unit's
+/// block for these operands (an instruction's K: v_mfma_f32_16x16x16_f16 is 16), or fewer than a
+/// block (one shorter block: the K = 4 f16/bf16 instructions of CDNA3, where the block is 8);
+/// shape_error otherwise (and for n = 0 or n > 4096).
+template <CdnaModel Model, class TA, class TB>
+[[nodiscard]] float dot(std::span<const TA> a, std::span<const TB> b, float c)
+{
+    detail::cdna::check_operands<Model, TA, TB>();
+    constexpr std::size_t block = Model::template block<TA, TB>;
+    const std::size_t n = a.size();
+    if (b.size() != n || n == 0 || n > 4096 || (n > block && n % block != 0)) {
+        SCALIFY_THROW(shape_error(fmt::format("tensor_core::dot<{}>: spans of {} and {} elements; the unit takes the "
+                                              "same number of each, a multiple of its block of {} or fewer than "
+                                              "a block, at most 4096",
+                                              Model::name, a.size(), b.size(), block)));
+    }
+    return std::bit_cast<float>(
+        detail::cdna::chain<Model>(a.data(), 1, b.data(), 1, n, std::min(block, n), std::bit_cast<std::uint32_t>(c)));
+}
+
+/// dot over any contiguous ranges (std::array, std::vector, ...).
+template <CdnaModel Model, std::ranges::contiguous_range RA, std::ranges::contiguous_range RB>
+    requires(!detail::is_const_span<std::remove_cvref_t<RA>> || !detail::is_const_span<std::remove_cvref_t<RB>>)
+[[nodiscard]] float dot(const RA& a, const RB& b, float c)
+{
+    using TA = std::ranges::range_value_t<RA>;
+    using TB = std::ranges::range_value_t<RB>;
+    return dot<Model, TA, TB>(std::span<const TA>(std::ranges::data(a), std::ranges::size(a)),
+                              std::span<const TB>(std::ranges::data(b), std::ranges::size(b)), c);
+}
+
+/// a (M x K) . b (K x N) as Model's GEMM computes it; shape_error unless both are 2-D with matching
+/// inner dimensions. K = 0 gives +0 everywhere; M or N = 0 an empty M x N result. Outputs are
+/// shared among OpenMP threads when the including program is built with OpenMP.
+template <CdnaGemmModel Model, class TA, class TB>
+[[nodiscard]] xt::xarray<float> gemm(const xt::xarray<TA>& a, const xt::xarray<TB>& b)
+{
+    using instruction = typename Model::instruction;
+    detail::cdna::check_operands<instruction, TA, TB>();
+    if (a.dimension() != 2 || b.dimension() != 2 || a.shape()[1] != b.shape()[0]) {
+        SCALIFY_THROW(shape_error(fmt::format("tensor_core::gemm<{}>: shapes {} and {} do not multiply (need (M, K) "
+                                              "and (K, N))",
+                                              Model::name, shape_string(a.shape()), shape_string(b.shape()))));
+    }
+    const std::size_t m = a.shape()[0], k = a.shape()[1], n = b.shape()[1];
+    auto out = xt::xarray<float>::from_shape({m, n});
+    if (m == 0 || n == 0) return out;
+    constexpr std::size_t block = instruction::template block<TA, TB>;
+    // B by columns, so each output reads two contiguous rows.
+    std::vector<TB> columns(n * k);
+    for (std::size_t p = 0; p < k; ++p)
+        for (std::size_t j = 0; j < n; ++j) columns[j * k + p] = b.data()[p * n + j];
+    const TA* const ap = a.data();
+    const TB* const cp = columns.data();
+    float* const op = out.data();
+    scalify::detail::parallel_for(m, [=](std::size_t i) {
+        for (std::size_t j = 0; j < n; ++j)
+            op[i * n + j] = std::bit_cast<float>(detail::cdna::chain<instruction>(ap + i * k, 1, cp + j * k, 1, k, block, 0u));
+    });
+    return out;
+}
+
+/// One output of gemm<Model> for two vectors of any equal length; shape_error otherwise.
+template <CdnaGemmModel Model, class TA, class TB>
+[[nodiscard]] float gemm_dot(std::span<const TA> a, std::span<const TB> b)
+{
+    using instruction = typename Model::instruction;
+    detail::cdna::check_operands<instruction, TA, TB>();
+    if (a.size() != b.size()) {
+        SCALIFY_THROW(shape_error(fmt::format("tensor_core::gemm_dot<{}>: vectors of {} and {} elements", Model::name,
+                                              a.size(), b.size())));
+    }
+    return std::bit_cast<float>(detail::cdna::chain<instruction>(a.data(), 1, b.data(), 1, a.size(),
+                                                                 instruction::template block<TA, TB>, 0u));
+}
+
+template <CdnaGemmModel Model, std::ranges::contiguous_range RA, std::ranges::contiguous_range RB>
+    requires(!detail::is_const_span<std::remove_cvref_t<RA>> || !detail::is_const_span<std::remove_cvref_t<RB>>)
+[[nodiscard]] float gemm_dot(const RA& a, const RB& b)
+{
+    using TA = std::ranges::range_value_t<RA>;
+    using TB = std::ranges::range_value_t<RB>;
+    return gemm_dot<Model, TA, TB>(std::span<const TA>(std::ranges::data(a), std::ranges::size(a)),
+                                   std::span<const TB>(std::ranges::data(b), std::ranges::size(b)));
+}
+
+}  // namespace scalify::tensor_core
