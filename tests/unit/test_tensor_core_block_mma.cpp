@@ -186,6 +186,16 @@ TEST_CASE("Blackwell block-scaled units reproduce MMA-Sim's vectors bit for bit"
                 v, bmma_run_f8_any<tc::b200_f8f6f4, false>(v));
             t["f8f6f4 as mxf8f6f4, scales 1"].add(v, bmma_run_f8_any<tc::b200_mxf8f6f4, true>(v));
             t[std::string("f8f6f4 ") + v.src].add(v, bmma_run_f8_any<tc::b200_f8f6f4, false>(v));
+            if ((v.ta == "e4m3" || v.ta == "e5m2") && (v.tb == "e4m3" || v.tb == "e5m2")) {
+                // The B200's mma.sync fp8 rule (rounded to nearest, F = 40) on MMA-Sim's tcgen05 lines.
+                using e4 = float8_e4m3fn;
+                using e5 = float8_e5m2;
+                const bool a4 = v.ta == "e4m3", b4 = v.tb == "e4m3";
+                const std::uint32_t q = a4 ? (b4 ? bmma_run_f8<tc::b200_qmma, false, e4, e4>(v) : bmma_run_f8<tc::b200_qmma, false, e4, e5>(v))
+                                           : (b4 ? bmma_run_f8<tc::b200_qmma, false, e5, e4>(v) : bmma_run_f8<tc::b200_qmma, false, e5, e5>(v));
+                const bool random = v.cls == "uniform" || v.cls == "narrow" || v.cls == "subnormal" || v.cls == "cancel";
+                t[random ? "f8f6f4 fp8 random lines under b200_qmma" : "f8f6f4 fp8 special lines under b200_qmma"].add(v, q);
+            }
         } else if (v.kind == "mxf8f6f4") {
             t["mxf8f6f4"].add(v, bmma_run_f8_any<tc::b200_mxf8f6f4, true>(v));
             t["mxf8f6f4 " + v.src].add(v, bmma_run_f8_any<tc::b200_mxf8f6f4, true>(v));
@@ -234,6 +244,12 @@ TEST_CASE("Blackwell block-scaled units reproduce MMA-Sim's vectors bit for bit"
     CHECK(t["mxf8f6f4, zeros take no part"].equal == 353);
     CHECK(t["nvf4, zeros take no part"].equal == 250);
     CHECK(t["nvf4, one fused adder"].equal == 227);
+    // The B200's mma.sync fp8 unit (b200_qmma: rounded to nearest, F = 40) differs from
+    // MMA-Sim's tcgen05 rule on about half of its e4m3/e5m2 lines.
+    CHECK(t["f8f6f4 fp8 random lines under b200_qmma"].lines == 48);
+    CHECK(t["f8f6f4 fp8 random lines under b200_qmma"].equal == 25);
+    CHECK(t["f8f6f4 fp8 special lines under b200_qmma"].lines == 20);
+    CHECK(t["f8f6f4 fp8 special lines under b200_qmma"].equal == 18);
     CHECK(t["mxf8f6f4, F = 24"].equal == 302);
     CHECK(t["mxf8f6f4, F = 26"].equal == 318);
     CHECK(t["nvf4, F = 34"].equal == 236);
