@@ -132,7 +132,8 @@ struct block_scaled_model {
     static constexpr std::size_t scales = K / ScaleBlock;  ///< scales per operand per instruction
     static constexpr scale_format scale = Scale;
     static constexpr block_adder adder = Adder;
-    static constexpr std::size_t group = Adder == block_adder::fused ? 1 : Group;
+    static constexpr std::size_t group = Adder == block_adder::fused ? 1 : Group;  ///< products per first-level sum
+    static constexpr std::size_t group_parameter = Group;
     using operands = Operands;
     using rules = Rules;
     using scale_type = detail::scale_type_of<Scale>;
@@ -144,7 +145,7 @@ struct block_scaled_model {
 template <class M>
 concept BlockScaledModel =
     std::is_base_of_v<block_scaled_model<M::alignment_bits, M::k, M::scale_block, typename M::operands, M::scale,
-                                         M::adder, (M::adder == block_adder::fused ? 16 : M::group), typename M::rules>,
+                                         M::adder, M::group_parameter, typename M::rules>,
                       M> &&
     requires {
         { M::name } -> std::convertible_to<const char*>;
