@@ -22,7 +22,7 @@
 /// brings its scales' exponents. So the accumulator's exponent is never below -126, and an
 /// all-zero A with large scales can cut C away (0 * 2^200 + 1 gives 0). b200_f8f6f4, a template
 /// tag, keeps the template's convention (zero products and C = 0 take no part); the two differ only
-/// when every product is zero and 0 < |C| < 2^-110 (tests/data/block_mma: one vector).
+/// when every product is zero and 0 < |C| < 2^-111 (tests/data/block_mma: one vector).
 /// zero_terms::take_no_part gives the block-scaled models the template's convention.
 ///
 /// NaN (0x7fffffff): any NaN operand, accumulator or scale (E8M0 0xff, UE4M3 0x7f/0xff), inf * 0,
