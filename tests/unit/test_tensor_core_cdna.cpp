@@ -359,4 +359,62 @@ TEST_CASE("tensor_core_cdna: shapes, and the GEMM chains against chains of dot",
     CHECK(bits_of(empty(1, 2)) == 0u);
 }
 
+template <class T>
+T random_operand(std::mt19937& rng, int mode)
+{
+    // mode 0: N(0,1) times 2^[-20, 20); 1: any code (subnormals, NaN, inf included); 2: tiny
+    // (2^[-140, -100): bf16 products below float32's normal range).
+    std::uniform_int_distribution<int> e(-20, 19), tiny(-140, -101);
+    std::normal_distribution<float> d;
+    if (mode == 1) {
+        if constexpr (std::same_as<T, float>) return std::bit_cast<float>(static_cast<std::uint32_t>(rng()));
+        else return from_code<T>(static_cast<std::uint32_t>(rng()) & (sizeof(T) == 1 ? 0xffu : 0xffffu));
+    }
+    return T(std::ldexp(d(rng), mode == 2 ? tiny(rng) : e(rng)));
+}
+
+template <class Model, class TA, class TB>
+void check_gemm_paths(std::mt19937& rng)
+{
+    // The GEMMs' fast lanes (float lanes for the pairwise units, double lanes for CDNA3) and their
+    // fallbacks against gemm_dot, which runs the exact integer chain: N = 19 (two lane blocks),
+    // K = 37 (a zero-padded last block).
+    const std::size_t m = 4, k = 37, n = 19;
+    for (int mode_a = 0; mode_a < 3; ++mode_a)
+        for (int mode_b = 0; mode_b < 3; ++mode_b) {
+            xt::xarray<TA> a = xt::xarray<TA>::from_shape({m, k});
+            xt::xarray<TB> b = xt::xarray<TB>::from_shape({k, n});
+            for (auto& v : a) v = random_operand<TA>(rng, mode_a == 1 && rng() % 4 != 0 ? 0 : mode_a);
+            for (auto& v : b) v = random_operand<TB>(rng, mode_b == 1 && rng() % 4 != 0 ? 0 : mode_b);
+            const auto g = tc::gemm<Model>(a, b);
+            std::size_t same = 0;
+            for (std::size_t i = 0; i < m; ++i)
+                for (std::size_t j = 0; j < n; ++j) {
+                    std::vector<TA> row(k);
+                    std::vector<TB> col(k);
+                    for (std::size_t p = 0; p < k; ++p) {
+                        row[p] = a(i, p);
+                        col[p] = b(p, j);
+                    }
+                    same += same_result(bits_of(g(i, j)), bits_of(tc::gemm_dot<Model>(row, col))) ? 1 : 0;
+                }
+            CAPTURE(Model::name, mode_a, mode_b);
+            CHECK(same == m * n);
+        }
+}
+
+TEST_CASE("tensor_core_cdna: the GEMMs' lanes give the exact chain's bits", "[tensor_core][cdna]")
+{
+    std::mt19937 rng(20261126);
+    check_gemm_paths<tc::mi100_mfma_chain, f16, f16>(rng);
+    check_gemm_paths<tc::mi100_mfma_chain, bf16, bf16>(rng);
+    check_gemm_paths<tc::mi250_mfma_chain, f16, f16>(rng);
+    check_gemm_paths<tc::mi250_mfma_chain, bf16, bf16>(rng);
+    check_gemm_paths<tc::mi300_mfma_chain, f16, f16>(rng);
+    check_gemm_paths<tc::mi300_mfma_chain, bf16, bf16>(rng);
+    check_gemm_paths<tc::mi300_mfma_chain, float, float>(rng);
+    check_gemm_paths<tc::mi300_mfma_chain, e4, e5>(rng);
+    check_gemm_paths<tc::mi300_mfma_chain, e5, e5>(rng);
+}
+
 }  // namespace tc_cdna

@@ -50,6 +50,8 @@
 
 #include <algorithm>
 #include <bit>
+#include <cfenv>
+#include <cmath>
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
@@ -491,6 +493,158 @@ template <CdnaModel Model, class TA, class TB>
     return c;
 }
 
+/// chain() over operands already read (a and b contiguous, n of each).
+template <CdnaModel Model, bool EvenOdd>
+[[nodiscard]] std::uint32_t chain_read(const operand* a, const operand* b, std::size_t n, std::size_t block_size,
+                                       std::uint32_t c) noexcept
+{
+    if constexpr (Model::sum == cdna_sum::pairwise_fp32 && Model::flush_subnormals) c = flush_input(c);
+    operand x[16], y[16];
+    for (std::size_t s = 0; s < n; s += block_size) {
+        const std::size_t m = std::min(block_size, n - s);
+        std::copy(a + s, a + s + m, x);
+        std::copy(b + s, b + s + m, y);
+        std::fill(x + m, x + block_size, operand{});
+        std::fill(y + m, y + block_size, operand{});
+        c = block<Model, EvenOdd>(x, y, block_size, c);
+    }
+    return c;
+}
+
+inline constexpr std::size_t lane_width = 16;
+
+/// The flush of a float lane's result (CDNA2), on its bits: below 2^-126, a zero of its sign.
+[[nodiscard]] inline float flush_lane(float x) noexcept
+{
+    const std::uint32_t u = std::bit_cast<std::uint32_t>(x);
+    return std::bit_cast<float>(u & ((u & 0x7f800000u) == 0 ? 0x80000000u : 0xffffffffu));
+}
+
+/// lane_width outputs of a pairwise unit's GEMM in float lanes (the host's float32 multiply and
+/// add, round to nearest even, gradual underflow: the model's operations): a_row holds kp operand
+/// values (flushed where the unit flushes; kp a multiple of Block), b_block kp rows of lane_width.
+/// A product is a * b + 0 (fmaf(a, b, +0)'s +0 for a zero operand), exact except for bf16 products
+/// below 2^-126: the outputs where a product of two nonzero operands fell there are marked in the
+/// returned mask (recomputed by chain_read: a product that underflows to -0 keeps its sign there).
+template <CdnaModel Model, std::size_t Block, bool CheckTiny>
+[[nodiscard]] std::uint32_t pairwise_lanes(const float* a_row, const float* b_block, std::size_t kp, float* out) noexcept
+{
+    static_assert(Block == 2 || Block == 4, "the pairwise units take blocks of 2 or 4");
+    constexpr std::size_t W = lane_width;
+    constexpr bool F = Model::flush_subnormals;
+    const auto fl = [](float x) { return F ? flush_lane(x) : x; };
+    float acc[W] = {};
+    std::uint32_t bad[W] = {};
+    for (std::size_t s = 0; s < kp; s += Block) {
+        float p[Block][W];
+        for (std::size_t q = 0; q < Block; ++q) {
+            const float x = a_row[s + q];
+            const float* y = b_block + (s + q) * W;
+            for (std::size_t j = 0; j < W; ++j) {
+                const float raw = x * y[j];
+                if constexpr (CheckTiny) {
+                    const std::uint32_t r = std::bit_cast<std::uint32_t>(raw);
+                    bad[j] |= static_cast<std::uint32_t>((r & 0x7f800000u) == 0) &
+                              static_cast<std::uint32_t>(x != 0.0f) & static_cast<std::uint32_t>(y[j] != 0.0f);
+                }
+                p[q][j] = fl(raw + 0.0f);
+            }
+        }
+        for (std::size_t j = 0; j < W; ++j) {
+            float t;
+            if constexpr (Block == 4) t = fl(fl(p[0][j] + p[1][j]) + fl(p[2][j] + p[3][j]));
+            else t = fl(p[0][j] + p[1][j]);
+            acc[j] = fl(acc[j] + t);
+        }
+    }
+    std::uint32_t mask = 0;
+    for (std::size_t j = 0; j < W; ++j) {
+        out[j] = std::isnan(acc[j]) ? std::bit_cast<float>(quiet_nan) : acc[j];
+        mask |= (bad[j] != 0 ? 1u : 0u) << j;
+    }
+    return mask;
+}
+
+/// 2^e as a double, e in [-1022, 1023].
+[[nodiscard]] inline double pow2(int e) noexcept
+{
+    return std::bit_cast<double>(static_cast<std::uint64_t>(e + 1023) << 52);
+}
+
+/// x * 2^shift rounded toward -inf, in lanes (shift <= 7).
+[[nodiscard]] inline std::int64_t floor_scale_lane(std::int64_t x, int shift) noexcept
+{
+    return shift >= 0 ? x * (std::int64_t{1} << shift) : (shift <= -63 ? (x < 0 ? -1 : 0) : x >> -shift);
+}
+
+/// The fused sum of one lane over products q = first, first + stride, ... < Block: sum of the
+/// products cut toward zero to multiples of 2^(e - 24), e their largest nominal exponent.
+template <std::size_t Block, std::size_t First, std::size_t Stride>
+[[nodiscard]] inline std::int64_t fused_lane(const double* av, const int* ae, const double* bv, const int* be,
+                                             std::size_t j, int& e) noexcept
+{
+    constexpr std::size_t W = lane_width;
+    int emax = ae[First] + be[First * W + j];
+    for (std::size_t q = First + Stride; q < Block; q += Stride) emax = std::max(emax, ae[q] + be[q * W + j]);
+    const double scale = pow2(24 - emax);
+    std::int64_t s = 0;
+    for (std::size_t q = First; q < Block; q += Stride)
+        s += static_cast<std::int32_t>(av[q] * bv[q * W + j] * scale);  // exact product, exact scaling, cut toward zero
+    e = emax;
+    return s;
+}
+
+/// lane_width outputs of the CDNA3 unit's GEMM in double and integer lanes: a_val/a_exp hold kp
+/// operand values (exact doubles) and nominal exponents (-126 for a zero), b_val/b_exp kp rows of
+/// lane_width. Each block's products are exact in double and cut with one conversion to int32;
+/// the round-downs are integer shifts; the result's rounding to float32 is the host's conversion
+/// of an exact double (nearest even, gradual underflow, overflow to inf). Operands must be finite
+/// and every nominal product exponent below 127 (the caller checks); an output whose result is
+/// not finite is marked in the returned mask (recomputed by chain_read, which has the rules for
+/// infinities and NaN).
+template <std::size_t Block, bool EvenOdd>
+[[nodiscard]] std::uint32_t fused_lanes(const double* a_val, const int* a_exp, const double* b_val, const int* b_exp,
+                                        std::size_t kp, float* out) noexcept
+{
+    constexpr std::size_t W = lane_width;
+    float acc[W] = {};
+    for (std::size_t s = 0; s < kp; s += Block) {
+        const double* av = a_val + s;
+        const int* ae = a_exp + s;
+        const double* bv = b_val + s * W;
+        const int* be = b_exp + s * W;
+        for (std::size_t j = 0; j < W; ++j) {
+            int e;
+            std::int64_t sum;  // units of 2^(e - 24)
+            if constexpr (EvenOdd) {
+                int e0, e1;
+                const std::int64_t s0 = fused_lane<Block, 0, 2>(av, ae, bv, be, j, e0);
+                const std::int64_t s1 = fused_lane<Block, 1, 2>(av, ae, bv, be, j, e1);
+                e = std::max(e0, e1);
+                sum = floor_scale_lane(s0, e0 - e) + floor_scale_lane(s1, e1 - e);
+            } else {
+                sum = fused_lane<Block, 0, 1>(av, ae, bv, be, j, e);
+            }
+            const std::uint32_t cb = std::bit_cast<std::uint32_t>(acc[j]);
+            const int field = static_cast<int>((cb >> 23) & 0xffu);
+            const int ec = field != 0 ? field - 127 : -126;
+            const std::int64_t cm = static_cast<std::int64_t>((cb & 0x7fffffu) | (field != 0 ? 0x800000u : 0u));
+            const int max_e = std::max(e, ec);
+            const std::int64_t s31 = floor_scale_lane(sum, 7 + e - max_e);
+            std::int64_t c24 = 0;
+            if (!EvenOdd || ec >= max_e - 25) c24 = floor_scale_lane((cb >> 31) != 0 ? -cm : cm, 1 + ec - max_e);
+            const std::int64_t total = s31 + c24 * 128;
+            acc[j] = static_cast<float>(static_cast<double>(total) * pow2(max_e - 31));  // exact, then one RNE
+        }
+    }
+    std::uint32_t mask = 0;
+    for (std::size_t j = 0; j < W; ++j) {
+        out[j] = acc[j];
+        mask |= (std::isfinite(acc[j]) ? 0u : 1u) << j;
+    }
+    return mask;
+}
+
 template <CdnaModel Model, class TA, class TB>
 constexpr void check_operands() noexcept
 {
@@ -553,17 +707,106 @@ template <CdnaGemmModel Model, class TA, class TB>
     const std::size_t m = a.shape()[0], k = a.shape()[1], n = b.shape()[1];
     auto out = xt::xarray<float>::from_shape({m, n});
     if (m == 0 || n == 0) return out;
+    namespace cd = detail::cdna;
     constexpr std::size_t block = instruction::template block<TA, TB>;
-    // B by columns, so each output reads two contiguous rows.
-    std::vector<TB> columns(n * k);
+    constexpr bool even_odd = cd::fp8_pair<TA, TB>;
+    // Every operand read once: A by rows, B by columns, so each output reads two contiguous runs.
+    std::vector<detail::operand> rows(m * k), columns(n * k);
+    for (std::size_t i = 0; i < m * k; ++i) rows[i] = cd::read(a.data()[i]);
     for (std::size_t p = 0; p < k; ++p)
-        for (std::size_t j = 0; j < n; ++j) columns[j * k + p] = b.data()[p * n + j];
-    const TA* const ap = a.data();
-    const TB* const cp = columns.data();
+        for (std::size_t j = 0; j < n; ++j) columns[j * k + p] = cd::read(b.data()[p * n + j]);
+    const detail::operand* const r = rows.data();
+    const detail::operand* const c = columns.data();
     float* const op = out.data();
+    const auto exact = [=](std::size_t i, std::size_t j) {
+        return std::bit_cast<float>(cd::chain_read<instruction, even_odd>(r + i * k, c + j * k, k, block, 0u));
+    };
+    if constexpr (instruction::sum == cdna_sum::pairwise_fp32) {
+        // Float lanes under round to nearest (the default environment); the exact chain elsewhere.
+        if (std::fegetround() == FE_TONEAREST) {
+            constexpr std::size_t W = cd::lane_width;
+            const std::size_t kp = (k + block - 1) / block * block, blocks = (n + W - 1) / W;
+            const auto value = [](const detail::operand& x) {
+                using kind = detail::operand::kind;
+                const detail::operand y = instruction::flush_subnormals ? cd::flush_input(x) : x;
+                if (y.what == kind::nan) return std::bit_cast<float>(cd::quiet_nan);
+                if (y.what == kind::infinite) return std::bit_cast<float>((y.negative ? 0x80000000u : 0u) | cd::positive_inf);
+                if (y.what == kind::zero) return y.negative ? -0.0f : 0.0f;
+                const float v = std::ldexp(static_cast<float>(y.significand), y.lsb);  // exact: f16, bf16
+                return y.negative ? -v : v;
+            };
+            std::vector<float> a_panel(m * kp, 0.0f), b_panel(blocks * kp * W, 0.0f);
+            for (std::size_t i = 0; i < m; ++i)
+                for (std::size_t p = 0; p < k; ++p) a_panel[i * kp + p] = value(r[i * k + p]);
+            for (std::size_t j = 0; j < n; ++j)
+                for (std::size_t p = 0; p < k; ++p) b_panel[((j / W) * kp + p) * W + j % W] = value(c[j * k + p]);
+            const float* const ap = a_panel.data();
+            const float* const bp = b_panel.data();
+            constexpr bool check_tiny = std::same_as<TA, Eigen::bfloat16>;
+            scalify::detail::parallel_for(m * blocks, [=](std::size_t task) {
+                const std::size_t i = task / blocks, blk = task % blocks, j0 = blk * W, width = std::min(W, n - j0);
+                float lane_out[W];
+                const std::uint32_t unsure =
+                    cd::pairwise_lanes<instruction, block, check_tiny>(ap + i * kp, bp + blk * kp * W, kp, lane_out);
+                for (std::size_t j = 0; j < width; ++j)
+                    op[i * n + j0 + j] = (unsure >> j) & 1u ? exact(i, j0 + j) : lane_out[j];
+            });
+            return out;
+        }
+    } else {
+        // Double and integer lanes (no dependence on the rounding mode but the final conversion's:
+        // round to nearest only). Rows or columns holding a non-finite operand, or an operand whose
+        // exponent could take a product past 2^128, go through the exact chain.
+        if (std::fegetround() == FE_TONEAREST) {
+            constexpr std::size_t W = cd::lane_width;
+            const std::size_t kp = (k + block - 1) / block * block, blocks = (n + W - 1) / W;
+            using kind = detail::operand::kind;
+            const auto value = [](const detail::operand& x) {
+                if (x.what != kind::finite) return x.negative ? -0.0 : 0.0;
+                const double v = std::ldexp(static_cast<double>(x.significand), x.lsb);
+                return x.negative ? -v : v;
+            };
+            const auto exponent = [](const detail::operand& x) { return x.what == kind::finite ? x.exponent : -126; };
+            const auto wild = [](const detail::operand& x) {
+                return x.what == kind::nan || x.what == kind::infinite || (x.what == kind::finite && x.exponent > 63);
+            };
+            std::vector<double> a_val(m * kp, 0.0), b_val(blocks * kp * W, 0.0);
+            std::vector<int> a_exp(m * kp, -126), b_exp(blocks * kp * W, -126);
+            std::vector<unsigned char> row_wild(m, 0), column_wild(n, 0);
+            for (std::size_t i = 0; i < m; ++i)
+                for (std::size_t p = 0; p < k; ++p) {
+                    const detail::operand& x = r[i * k + p];
+                    a_val[i * kp + p] = value(x);
+                    a_exp[i * kp + p] = exponent(x);
+                    row_wild[i] |= wild(x) ? 1 : 0;
+                }
+            for (std::size_t j = 0; j < n; ++j)
+                for (std::size_t p = 0; p < k; ++p) {
+                    const detail::operand& x = c[j * k + p];
+                    const std::size_t at = ((j / W) * kp + p) * W + j % W;
+                    b_val[at] = value(x);
+                    b_exp[at] = exponent(x);
+                    column_wild[j] |= wild(x) ? 1 : 0;
+                }
+            const double* const av = a_val.data();
+            const double* const bv = b_val.data();
+            const int* const ae = a_exp.data();
+            const int* const be = b_exp.data();
+            const unsigned char* const rw = row_wild.data();
+            const unsigned char* const cw = column_wild.data();
+            scalify::detail::parallel_for(m * blocks, [=](std::size_t task) {
+                const std::size_t i = task / blocks, blk = task % blocks, j0 = blk * W, width = std::min(W, n - j0);
+                float lane_out[W];
+                const std::uint32_t unsure = cd::fused_lanes<block, even_odd>(av + i * kp, ae + i * kp, bv + blk * kp * W,
+                                                                              be + blk * kp * W, kp, lane_out);
+                for (std::size_t j = 0; j < width; ++j)
+                    op[i * n + j0 + j] = ((unsure >> j) & 1u) || rw[i] || cw[j0 + j] ? exact(i, j0 + j) : lane_out[j];
+            });
+            return out;
+        }
+    }
     scalify::detail::parallel_for(m, [=](std::size_t i) {
-        for (std::size_t j = 0; j < n; ++j)
-            op[i * n + j] = std::bit_cast<float>(detail::cdna::chain<instruction>(ap + i * k, 1, cp + j * k, 1, k, block, 0u));
+        for (std::size_t j = 0; j < n; ++j) op[i * n + j] = exact(i, j);
     });
     return out;
 }
