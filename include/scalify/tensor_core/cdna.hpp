@@ -35,6 +35,12 @@
 ///     float d = tensor_core::dot<tensor_core::mi300_mfma>(a, b, 0.0f);      // v_mfma_f32_16x16x16_f16
 ///     auto y = tensor_core::gemm<tensor_core::mi300_mfma_chain>(x, w);      // chained along K
 ///
+/// No CDNA GPU was captured for this: the vectors are MMA-Sim's. The second published model,
+/// Khattak and Mikaitis's MATLAB MI210MC.m / MI300MC.m (tools/gen_cdna_vectors.m runs them under
+/// Octave), agrees except on bf16/xf32 products beyond float32's range and fnuz subnormals; their
+/// MI100MC.m rounds each block of CDNA1 once instead of the pairwise tree, a disagreement only a
+/// capture can settle (docs/tensor_core.md).
+///
 /// The models take the spellings of the NVIDIA ones (dot, gemm, gemm_dot) through overloads
 /// constrained on CdnaModel and CdnaGemmModel; matmul's accumulation models and scopes do not take
 /// them. docs: the CDNA section of docs/tensor_core.md.
