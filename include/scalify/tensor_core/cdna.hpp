@@ -583,60 +583,59 @@ template <CdnaModel Model, std::size_t Block, bool CheckTiny>
     return shift >= 0 ? x * (std::int64_t{1} << shift) : (shift <= -63 ? (x < 0 ? -1 : 0) : x >> -shift);
 }
 
-/// The fused sum of one lane over products q = first, first + stride, ... < Block: sum of the
-/// products cut toward zero to multiples of 2^(e - 24), e their largest nominal exponent.
-template <std::size_t Block, std::size_t First, std::size_t Stride>
-[[nodiscard]] inline std::int64_t fused_lane(const double* av, const int* ae, const double* bv, const int* be,
-                                             std::size_t j, int& e) noexcept
-{
-    constexpr std::size_t W = lane_width;
-    int emax = ae[First] + be[First * W + j];
-    for (std::size_t q = First + Stride; q < Block; q += Stride) emax = std::max(emax, ae[q] + be[q * W + j]);
-    const double scale = pow2(24 - emax);
-    std::int64_t s = 0;
-    for (std::size_t q = First; q < Block; q += Stride)
-        s += static_cast<std::int32_t>(av[q] * bv[q * W + j] * scale);  // exact product, exact scaling, cut toward zero
-    e = emax;
-    return s;
-}
-
 /// lane_width outputs of the CDNA3 unit's GEMM in double and integer lanes: a_val/a_exp hold kp
 /// operand values (exact doubles) and nominal exponents (-126 for a zero), b_val/b_exp kp rows of
-/// lane_width. Each block's products are exact in double and cut with one conversion to int32;
-/// the round-downs are integer shifts; the result's rounding to float32 is the host's conversion
-/// of an exact double (nearest even, gradual underflow, overflow to inf). Operands must be finite
-/// and every nominal product exponent below 127 (the caller checks); an output whose result is
-/// not finite is marked in the returned mask (recomputed by chain_read, which has the rules for
-/// infinities and NaN).
+/// lane_width. Each block's products are exact in double and cut with one conversion to int32
+/// (|cut| < 2^26; a block's half sums stay below 2^30); the round-downs are integer shifts; the
+/// result's rounding to float32 is the host's conversion of an exact double (nearest even, gradual
+/// underflow, overflow to inf). Operands must be finite and every nominal product exponent below
+/// 127 (the caller checks); an output whose result is not finite is marked in the returned mask
+/// (recomputed by chain_read, which has the rules for infinities and NaN).
 template <std::size_t Block, bool EvenOdd>
 [[nodiscard]] std::uint32_t fused_lanes(const double* a_val, const int* a_exp, const double* b_val, const int* b_exp,
                                         std::size_t kp, float* out) noexcept
 {
     constexpr std::size_t W = lane_width;
+    constexpr std::size_t halves = EvenOdd ? 2 : 1;
     float acc[W] = {};
     for (std::size_t s = 0; s < kp; s += Block) {
         const double* av = a_val + s;
         const int* ae = a_exp + s;
         const double* bv = b_val + s * W;
         const int* be = b_exp + s * W;
+        int emax[halves][W];
+        for (std::size_t h = 0; h < halves; ++h)
+            for (std::size_t j = 0; j < W; ++j) emax[h][j] = -100000;
+        for (std::size_t q = 0; q < Block; ++q) {
+            int* e = emax[EvenOdd ? q % 2 : 0];
+            for (std::size_t j = 0; j < W; ++j) e[j] = std::max(e[j], ae[q] + be[q * W + j]);
+        }
+        double scale[halves][W];
+        std::int32_t sum[halves][W];
+        for (std::size_t h = 0; h < halves; ++h)
+            for (std::size_t j = 0; j < W; ++j) {
+                scale[h][j] = std::bit_cast<double>(static_cast<std::uint64_t>(24 - emax[h][j] + 1023) << 52);
+                sum[h][j] = 0;
+            }
+        for (std::size_t q = 0; q < Block; ++q) {
+            const std::size_t h = EvenOdd ? q % 2 : 0;
+            const double x = av[q];
+            for (std::size_t j = 0; j < W; ++j)
+                sum[h][j] += static_cast<std::int32_t>(x * bv[q * W + j] * scale[h][j]);  // exact, then cut toward zero
+        }
         for (std::size_t j = 0; j < W; ++j) {
-            int e;
-            std::int64_t sum;  // units of 2^(e - 24)
+            int e = emax[0][j];
+            std::int64_t total_sum = sum[0][j];  // units of 2^(e - 24)
             if constexpr (EvenOdd) {
-                int e0, e1;
-                const std::int64_t s0 = fused_lane<Block, 0, 2>(av, ae, bv, be, j, e0);
-                const std::int64_t s1 = fused_lane<Block, 1, 2>(av, ae, bv, be, j, e1);
-                e = std::max(e0, e1);
-                sum = floor_scale_lane(s0, e0 - e) + floor_scale_lane(s1, e1 - e);
-            } else {
-                sum = fused_lane<Block, 0, 1>(av, ae, bv, be, j, e);
+                e = std::max(emax[0][j], emax[1][j]);
+                total_sum = floor_scale_lane(sum[0][j], emax[0][j] - e) + floor_scale_lane(sum[1][j], emax[1][j] - e);
             }
             const std::uint32_t cb = std::bit_cast<std::uint32_t>(acc[j]);
             const int field = static_cast<int>((cb >> 23) & 0xffu);
             const int ec = field != 0 ? field - 127 : -126;
             const std::int64_t cm = static_cast<std::int64_t>((cb & 0x7fffffu) | (field != 0 ? 0x800000u : 0u));
             const int max_e = std::max(e, ec);
-            const std::int64_t s31 = floor_scale_lane(sum, 7 + e - max_e);
+            const std::int64_t s31 = floor_scale_lane(total_sum, 7 + e - max_e);
             std::int64_t c24 = 0;
             if (!EvenOdd || ec >= max_e - 25) c24 = floor_scale_lane((cb >> 31) != 0 ? -cm : cm, 1 + ec - max_e);
             const std::int64_t total = s31 + c24 * 128;
