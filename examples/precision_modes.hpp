@@ -52,4 +52,16 @@ inline const precision_mode& find_mode(std::string_view name, std::span<const pr
     throw std::runtime_error(fmt::format("--mode must be one of {}, got {}", names, name));
 }
 
+/// --accumulate's value (tensor_core::parse_accumulation: exact, v100, a100, ada, h100, h100-fast,
+/// b200, amx, and +tf32 after a GPU with a tf32 unit), checked when the flag is read, before any
+/// data loads; std::runtime_error naming every choice otherwise.
+inline scalify::tensor_core::accumulation_choice parse_accumulate(std::string_view text)
+{
+    try {
+        return scalify::tensor_core::parse_accumulation(text);
+    } catch (const scalify::config_error& e) {
+        throw std::runtime_error(fmt::format("--accumulate: {}", e.what()));
+    }
+}
+
 }  // namespace examples

@@ -389,15 +389,15 @@ TEST_CASE("gemm equals a loop of gemm_dot (the reference chain) for every pair, 
     check_gemm_against_dot<tc::h100_hmma_chain, Eigen::bfloat16, Eigen::bfloat16>(4, 70, 9, 16, false);
 }
 
-TEST_CASE("gemm over float32 values on grids refuses a pair the model does not take", "[tensor_core][gemm]")
+TEST_CASE("an accumulation table has no GEMM for a pair the GPU has no unit for", "[tensor_core][gemm]")
 {
-    std::vector<float> x(4, 1.0f), out(4);
-    const auto mixed = [&] {
-        scalify::detail::gemm_on_grids<tc::h100_cublaslt_fp8>(
-            x.data(), x.data(), scalify::detail::operand_grids{dtype::float8_e4m3fn, dtype::float16}, 2, 2, 2, out.data());
-    };
-    CHECK_THROWS_AS(mixed(), config_error);
-    CHECK_THROWS_WITH(mixed(), Catch::Contains("no GEMM model for float8_e4m3fn x float16"));
+    const tc::gemm_table& h100 = tc::detail::gemm_table_of<tc::accumulation::h100, false>;
+    CHECK(h100(dtype::float8_e4m3fn, dtype::float16).run == nullptr);
+    CHECK(h100(dtype::float32, dtype::float32).run == nullptr);  // tf32 only when asked for
+    CHECK(std::string_view(h100(dtype::float8_e5m2, dtype::float8_e4m3fn).model) == "h100_cublaslt_fp8");
+    CHECK(std::string_view(h100(dtype::bfloat16, dtype::bfloat16).model) == "h100_hmma_chain");
+    CHECK(tc::detail::gemm_table_for(tc::accumulation::exact) == nullptr);
+    CHECK(tc::detail::gemm_table_for(tc::accumulation::h100) == &h100);
 }
 
 TEST_CASE("bf16 gemm runs the lanes where the data keep results in float32's normal range", "[tensor_core][gemm]")

@@ -1,8 +1,9 @@
 #pragma once
 /// \file detail/compiled_instances.hpp
 /// The heavy kernels that the optional scalify::compiled library (src/compiled.cpp) compiles
-/// once: the tensor-core GEMM engines of every GEMM model (and the precision scope's products on
-/// its grids), Eigen's GEMM behind every float and double matmul, and the common casts. With SCALIFY_SEPARATE_COMPILATION defined (linking scalify::compiled defines
+/// once: the tensor-core GEMM engines of every GEMM model (and the table of every GPU's GEMMs a
+/// run-time accumulation scope selects from), Eigen's GEMM behind every float and double matmul,
+/// and the common casts. With SCALIFY_SEPARATE_COMPILATION defined (linking scalify::compiled defines
 /// it) the headers declare them `extern template`, so a program's translation units reuse the
 /// library's copies instead of compiling their own: a 2-layer MLP training program's TU in 8.8
 /// CPU-s against 12.3, 539 MB against 747 (docs/benchmarks.md, "Compile time").
@@ -38,11 +39,12 @@
                                                                ::scalify::tensor_core::detail::gemm_operand, bool,   \
                                                                std::size_t, std::size_t, std::size_t, float*);
 
-/// The precision scope's products of float32 operands held on formats' grids (ops/matmul.hpp).
-#define SCALIFY_GRID_GEMM_INSTANCE(KIND, Model)                                                                      \
-    KIND void ::scalify::detail::gemm_on_grids<Model>(const float*, const float*, ::scalify::detail::operand_grids, \
-                                                      std::size_t, std::size_t, std::size_t, float*);             \
-    KIND bool ::scalify::detail::models_grids<Model>(::scalify::detail::operand_grids);
+/// The table a run-time tensor_core::accumulation_scope selects from (tensor_core/accumulation.hpp):
+/// the one function that references every GPU's GEMMs over float32 operands on formats' grids,
+/// AMX's included. Held here, a program's translation units compile no GEMM engine for it.
+#define SCALIFY_ACCUMULATION_TABLE_INSTANCE(KIND)                                                      \
+    KIND const ::scalify::tensor_core::gemm_table* ::scalify::tensor_core::detail::gemm_table_for<void>( \
+        ::scalify::tensor_core::accumulation_choice) noexcept;
 
 /// cast<U, nearest even, Saturation>(ScaledArray<T, P>): the widening casts to float (and double)
 /// and the narrowing ones from float that the ops, the autodiff layer and the recipe run.

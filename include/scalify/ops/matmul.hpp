@@ -15,7 +15,9 @@
 /// them); the scales apply afterwards exactly as on the default path.
 ///
 ///     auto f = matmul(x, w, tensor_core::h100_cublaslt_fp8_fast{});   // this call
-///     tensor_core::accumulation_scope<> scope("h100");                 // untagged calls here
+///     tensor_core::accumulation_scope<> scope("b200");                 // untagged calls here
+/// The model reaches the body as a run-time GEMM (tensor_core::grid_gemm_fn): the body is compiled
+/// once whatever the model, a model's engine only where a scope or tag can select it.
 
 #include <scalify/detail/parallel.hpp>
 #include <scalify/numeric/dtype.hpp>
@@ -178,64 +180,72 @@ struct operand_grids {
     dtype b = dtype::float32;
 };
 
-/// In place of operand_grids: the operands' types say what they hold. The default, so that only
-/// a program that runs a precision scope compiles the GEMMs of float32 operands on grids.
+/// In place of operand_grids: the operands' types say what they hold (the default).
 struct typed_operands {};
 
-/// The Gemm of a product whose float32 operands lie on operand_grids, under accumulation model
-/// Model: the GEMM model operand_gemm picks for the grids' types, chosen at run time, so the
-/// product's body is compiled once per accumulation model, not once per pair of formats.
-template <tensor_core::GemmModel Model>
-struct on_grid {
-    using model = Model;
-};
-template <class Gemm>
-inline constexpr bool is_on_grid = false;
-template <class Model>
-inline constexpr bool is_on_grid<on_grid<Model>> = true;
+/// The dtype under which an operand of type T looks up its GEMM in a tensor_core::gemm_table: its
+/// own, or float32 for another type computed in float (no unit takes it; a tf32 choice runs it
+/// as float32).
+template <class T>
+inline constexpr dtype table_dtype = [] {
+    if constexpr (RuntimeDtype<T>) return dtype_of<T>;
+    else return dtype::float32;
+}();
 
-/// Whether accumulation model Model has a GEMM model for the grids' pair of formats (else the
-/// product is exact float32, as for the typed operands).
-template <tensor_core::AccumulationModel Model>
-[[nodiscard]] bool models_grids(operand_grids grids)
+/// The GEMM of the calling thread's tensor_core::accumulation_scope for operands A and B (float32
+/// ones on `grids` where given: the grids' formats), or nullptr: exact float32 (no scope, a
+/// product not computed in float, a pair the GPU has no unit for). One table lookup on the
+/// calling thread (the setting is thread-local; the batched product's workers use the caller's).
+template <class A, class B, class Grids = typed_operands>
+[[nodiscard]] tensor_core::grid_gemm_fn current_gemm(Grids grids = {}) noexcept
 {
-    return scalify::visit_dtype(grids.a, [&]<class TA>() {
-        return scalify::visit_dtype(grids.b, [&]<class TB>() { return !std::is_void_v<tensor_core::operand_gemm_t<Model, TA, TB>>; });
-    });
-}
-
-/// out = the product of float32 operands on `grids` as Model's GEMM model for them computes it.
-template <tensor_core::AccumulationModel Model>
-void gemm_on_grids(const float* a, const float* b, operand_grids grids, std::size_t m, std::size_t k, std::size_t n,
-                   float* out)
-{
-    scalify::visit_dtype(grids.a, [&]<class TA>() {
-        scalify::visit_dtype(grids.b, [&]<class TB>() {
-            using Gemm = tensor_core::operand_gemm_t<Model, TA, TB>;
-            if constexpr (std::is_void_v<Gemm>) {
-                SCALIFY_THROW(config_error(fmt::format("matmul: {} has no GEMM model for {} x {}", Model::name,
-                                                       to_string(grids.a), to_string(grids.b))));
-            } else {
-                tensor_core::detail::gemm_into_on_grid<Gemm, TA, TB>(a, b, m, k, n, out);
-            }
-        });
-    });
-}
-
-/// Gemm over row-major M x K and K x N operands, transposing a stored-transposed one first.
-template <class Gemm, bool TransposeA, bool TransposeB, class A, class B, class R, class Grids>
-void gemm_row_major(const xt::xarray<A>& a, const xt::xarray<B>& b, std::size_t m, std::size_t k, std::size_t n, R* out,
-                    Grids grids)
-{
-    if constexpr (TransposeA) {
-        gemm_row_major<Gemm, false, TransposeB>(transposed_copy(a, k, m), b, m, k, n, out, grids);
-    } else if constexpr (TransposeB) {
-        gemm_row_major<Gemm, false, false>(a, transposed_copy(b, n, k), m, k, n, out, grids);
-    } else if constexpr (is_on_grid<Gemm>) {
-        gemm_on_grids<typename Gemm::model>(a.data(), b.data(), grids, m, k, n, out);
+    if constexpr (!std::same_as<std::common_type_t<compute_t<A>, compute_t<B>>, float>) {
+        return nullptr;
     } else {
-        tensor_core::detail::gemm_into<Gemm>(a.data(), b.data(), m, k, n, out);
+        const tensor_core::gemm_table* table = tensor_core::detail::accumulation_state();
+        if (table == nullptr) return nullptr;
+        dtype a = table_dtype<A>, b = table_dtype<B>;
+        if constexpr (std::same_as<Grids, operand_grids>) {
+            if constexpr (std::same_as<A, float>) a = grids.a;
+            if constexpr (std::same_as<B, float>) b = grids.b;
+        } else {
+            (void)grids;
+        }
+        return (*table)(a, b).run;
     }
+}
+
+/// The GEMM of accumulation model Model (a tag passed to matmul) for operands A and B, or nullptr
+/// (exact float32: operand_gemm has no model for the pair).
+template <tensor_core::AccumulationModel Model, class A, class B>
+[[nodiscard]] constexpr tensor_core::grid_gemm_fn model_gemm() noexcept
+{
+    using Gemm = tensor_core::operand_gemm_t<Model, A, B>;
+    if constexpr (std::is_void_v<Gemm>) return nullptr;
+    else return &tensor_core::detail::gemm_into_on_grid<Gemm, A, B>;
+}
+
+/// A row-major (rows x cols) float32 matrix's transpose, in a per-thread buffer (Slot 0: a, 1: b).
+template <int Slot>
+[[nodiscard]] const float* transposed_panel(const float* data, std::size_t rows, std::size_t cols)
+{
+    thread_local std::vector<float> panel;
+    if (panel.size() < rows * cols) panel.resize(rows * cols);
+    transpose_tiles(data, cols, panel.data(), rows, cols, rows);
+    return panel.data();
+}
+
+/// out (M x N) = gemm over a and b as row-major M x K and K x N float32 values (their data decoded
+/// once, a stored-transposed operand transposed first).
+template <bool TransposeA, bool TransposeB, class A, class B>
+void run_gemm(tensor_core::grid_gemm_fn gemm, const xt::xarray<A>& a, const xt::xarray<B>& b, std::size_t m,
+              std::size_t k, std::size_t n, float* out)
+{
+    const float* pa = decoded<float>(a, operand_panel<float, 0>());
+    const float* pb = decoded<float>(b, operand_panel<float, 1>());
+    if constexpr (TransposeA) pa = transposed_panel<0>(pa, k, m);
+    if constexpr (TransposeB) pb = transposed_panel<1>(pb, n, k);
+    gemm(pa, pb, m, k, n, out);
 }
 
 /// (M, K, N) of a 2-D product whose operands may be stored transposed, or shape_error naming both
@@ -330,13 +340,14 @@ template <bool NeedsAmax, class R, class C, ScalePolicy P, bool TransposeA, bool
     return product;
 }
 
-/// matmul with the data-domain product accumulated by Gemm (a tensor_core GEMM model), or by
-/// Eigen's float32 GEMM when Gemm is void. TransposeA / TransposeB: the operand is stored
-/// transposed (a is K x M, b is N x K); the backward pass's products g.b^T and a^T.g use this.
-template <bool NeedsAmax, class Out, class Gemm, bool TransposeA = false, bool TransposeB = false, class A, class PA,
-          class B, class PB, class Buffer, class Grids = typed_operands>
+/// matmul with the data-domain product accumulated by `gemm` (a tensor_core GEMM model's, chosen at
+/// run time: current_gemm, model_gemm), or by Eigen's float32 GEMM when it is nullptr: one body
+/// whatever the model. TransposeA / TransposeB: the operand is stored transposed (a is K x M, b
+/// is N x K); the backward pass's products g.b^T and a^T.g use this.
+template <bool NeedsAmax, class Out, bool TransposeA = false, bool TransposeB = false, class A, class PA, class B,
+          class PB, class Buffer>
 [[nodiscard]] auto matmul_with(const ScaledArray<A, PA>& a, const ScaledArray<B, PB>& b, scale_rule rule, Buffer&& buffer,
-                               Grids grids = {})
+                               tensor_core::grid_gemm_fn gemm = nullptr)
 {
     using C = std::common_type_t<compute_t<A>, compute_t<B>>;
     using R = detail::out_or_t<Out, promote_t<A, B>>;
@@ -349,13 +360,10 @@ template <bool NeedsAmax, class Out, class Gemm, bool TransposeA = false, bool T
     const auto [m, k, n] = matmul_extents(a.shape(), TransposeA, b.shape(), TransposeB);
     const scale_request request = matmul_request(a, b, k);
 
-    if constexpr (std::is_void_v<Gemm>) {
-        return eigen_matmul<NeedsAmax, R, C, P, TransposeA, TransposeB>(
-            decoded<C>(a.data(), operand_panel<C, 0>()), decoded<C>(b.data(), operand_panel<C, 1>()), m, k, n, request, rule,
-            caller_buffer<R>(buffer));
-    } else {
+    if constexpr (!std::same_as<C, float>) {
+        (void)gemm;  // tensor-core models take operands computed in float
+    } else if (gemm != nullptr) {
         // The GPU's accumulation of the data (codes times codes), then the scales as on Eigen's path.
-        static_assert(std::same_as<C, float>, "tensor-core models take 8- and 16-bit operands, computed in float");
         const std::vector<std::size_t> shape{m, n};
         if constexpr (!NeedsAmax && std::same_as<R, C>) {
             const float scale = static_matmul_scale<P>(request, rule);
@@ -364,7 +372,7 @@ template <bool NeedsAmax, class Out, class Gemm, bool TransposeA = false, bool T
             if (scale == 0.0f || request.natural == 0.0f) {
                 std::fill_n(out, m * n, R(0));
             } else {
-                gemm_row_major<Gemm, TransposeA, TransposeB>(a.data(), b.data(), m, k, n, out, grids);
+                run_gemm<TransposeA, TransposeB>(gemm, a.data(), b.data(), m, k, n, out);
                 const auto alpha = static_cast<C>(double(request.natural) / double(scale));
                 if (alpha != C(1))
                     for (std::size_t i = 0; i < m * n; ++i) out[i] *= alpha;
@@ -375,67 +383,23 @@ template <bool NeedsAmax, class Out, class Gemm, bool TransposeA = false, bool T
         } else {
             std::vector<float>& product = model_product_buffer();
             if (product.size() < m * n) product.resize(m * n);
-            gemm_row_major<Gemm, TransposeA, TransposeB>(a.data(), b.data(), m, k, n, product.data(), grids);
+            run_gemm<TransposeA, TransposeB>(gemm, a.data(), b.data(), m, k, n, product.data());
             return finish_matmul<NeedsAmax, R, C, P>(shape, request, rule, product.data());
         }
     }
+    return eigen_matmul<NeedsAmax, R, C, P, TransposeA, TransposeB>(decoded<C>(a.data(), operand_panel<C, 0>()),
+                                                                    decoded<C>(b.data(), operand_panel<C, 1>()), m, k, n,
+                                                                    request, rule, caller_buffer<R>(buffer));
 }
 
-/// f.template operator()<Gemm>() with on_grid<Model> where Model has a GEMM model for the grids'
-/// formats, else void (exact float32).
-template <tensor_core::AccumulationModel Model, class F>
-decltype(auto) with_grid_gemm(operand_grids grids, F&& f)
-{
-    if (models_grids<Model>(grids)) return std::forward<F>(f).template operator()<on_grid<Model>>();
-    return std::forward<F>(f).template operator()<void>();
-}
-
-/// f.template operator()<Gemm>() with the Gemm of the calling thread's
-/// tensor_core::current_accumulation() for operands A and B (void: exact float32, also for operand
-/// pairs no model covers). Read once on the calling thread: the setting is thread-local, and the
-/// batched product's workers must use the caller's.
-template <class A, class B, class F, class Grids = typed_operands>
-decltype(auto) with_current_gemm(F&& f, Grids grids = {})
-{
-    using h100 = tensor_core::operand_gemm_t<tensor_core::h100_cublaslt_fp8, A, B>;
-    using h100_fast = tensor_core::operand_gemm_t<tensor_core::h100_cublaslt_fp8_fast, A, B>;
-    if constexpr (std::same_as<Grids, operand_grids> && std::same_as<A, float> && std::same_as<B, float>) {
-        // Float32 operands on narrow grids: the model of the grids' types. (Grids name float32
-        // arrays only; an operand of another type, a float64 value beside a recipe's cotangent,
-        // is read as its type.)
-        if (grids.a != dtype::float32 || grids.b != dtype::float32) {
-            switch (tensor_core::current_accumulation()) {
-            case tensor_core::accumulation::h100:
-                return with_grid_gemm<tensor_core::h100_cublaslt_fp8>(grids, std::forward<F>(f));
-            case tensor_core::accumulation::h100_fast:
-                return with_grid_gemm<tensor_core::h100_cublaslt_fp8_fast>(grids, std::forward<F>(f));
-            case tensor_core::accumulation::exact: break;
-            }
-        }
-        return std::forward<F>(f).template operator()<void>();
-    } else if constexpr (std::is_void_v<h100> && std::is_void_v<h100_fast>) {
-        return std::forward<F>(f).template operator()<void>();
-    } else {
-        switch (tensor_core::current_accumulation()) {
-        case tensor_core::accumulation::h100: return std::forward<F>(f).template operator()<h100>();
-        case tensor_core::accumulation::h100_fast: return std::forward<F>(f).template operator()<h100_fast>();
-        case tensor_core::accumulation::exact: break;
-        }
-        return std::forward<F>(f).template operator()<void>();
-    }
-}
-
-/// matmul_with under the thread's tensor_core::current_accumulation().
+/// matmul_with under the thread's tensor_core::accumulation_scope (current_gemm).
 template <bool NeedsAmax, class Out, bool TransposeA = false, bool TransposeB = false, class A, class PA, class B,
           class PB, class Buffer = no_buffer, class Grids = typed_operands>
 [[nodiscard]] auto matmul_scoped(const ScaledArray<A, PA>& a, const ScaledArray<B, PB>& b, scale_rule rule,
                                  Buffer&& buffer = {}, Grids grids = {})
 {
-    return with_current_gemm<A, B>(
-        [&]<class Gemm>() {
-            return matmul_with<NeedsAmax, Out, Gemm, TransposeA, TransposeB>(a, b, rule, std::forward<Buffer>(buffer), grids);
-        },
-        grids);
+    return matmul_with<NeedsAmax, Out, TransposeA, TransposeB>(a, b, rule, std::forward<Buffer>(buffer),
+                                                               current_gemm<A, B>(grids));
 }
 
 /// The shapes of numpy's matmul: operands (..., M, K) and (..., K, N), their leading (batch)
@@ -554,13 +518,13 @@ template <bool NeedsAmax, class R, class C, ScalePolicy P>
 }
 
 /// matmul over leading batch dimensions (numpy's matmul), the product of each batch accumulated
-/// by Gemm (void: Eigen's float32 GEMM) and the scales applied once over the whole result, so the
+/// by `gemm` (nullptr: Eigen's float32 GEMM) and the scales applied once over the whole result, so the
 /// result has one scale and the same rule as a 2-D product of the same K. With a 2-D (or 1-D)
 /// second operand every batch multiplies the same matrix: the batches' rows form one 2-D product
 /// (a linear layer over a batch of sequences is one GEMM).
-template <bool NeedsAmax, class Out, class Gemm, class A, class PA, class B, class PB, class Grids = typed_operands>
+template <bool NeedsAmax, class Out, class A, class PA, class B, class PB>
 [[nodiscard]] auto batched_matmul_with(const ScaledArray<A, PA>& a, const ScaledArray<B, PB>& b, scale_rule rule,
-                                       Grids grids = {})
+                                       tensor_core::grid_gemm_fn gemm)
 {
     using C = std::common_type_t<compute_t<A>, compute_t<B>>;
     using R = detail::out_or_t<Out, promote_t<A, B>>;
@@ -572,29 +536,25 @@ template <bool NeedsAmax, class Out, class Gemm, class A, class PA, class B, cla
         if (s.b_vector) column = with_shape(b, {k, 1});
         std::optional<ScaledArray<A, PA>> row;  // a 1-D a as a (1, K) matrix; more axes are read as rows in place
         if (s.a_vector) row = with_shape(a, {batches * m, k});
-        return with_shape(matmul_with<NeedsAmax, Out, Gemm>(row ? *row : a, column ? *column : b, rule, no_buffer{}, grids),
-                          s.out);
+        return with_shape(matmul_with<NeedsAmax, Out>(row ? *row : a, column ? *column : b, rule, no_buffer{}, gemm), s.out);
     }
     const scale_request request = matmul_request(a, b, k);
-    if constexpr (std::is_void_v<Gemm>) {
-        return eigen_batched_matmul<NeedsAmax, R, C, P>(decoded<C>(a.data(), operand_panel<C, 0>()),
-                                                        decoded<C>(b.data(), operand_panel<C, 1>()), s, request, rule);
-    } else {
-        // Each batch's raw product (scale-1 operands, natural scaling: the data product itself),
-        // the batches across threads; the scales apply once, in finish.
-        std::vector<C> raw(batches * m * n);
-        parallel_for(batches, [&](std::size_t t) {
-            xt::xarray<A> at = xt::xarray<A>::from_shape({m, k});
-            xt::xarray<B> bt = xt::xarray<B>::from_shape({k, n});
-            std::copy_n(a.data().data() + s.operand_batch(s.a_batch, t) * m * k, m * k, at.data());
-            std::copy_n(b.data().data() + s.operand_batch(s.b_batch, t) * k * n, k * n, bt.data());
-            const auto product =
-                matmul_with<false, C, Gemm>(ScaledArray<A, PA>(std::move(at), 1.0f), ScaledArray<B, PB>(std::move(bt), 1.0f),
-                                            matmul_rule<natural_scaling, common_policy_t<PA, PB>>(), no_buffer{}, grids);
-            std::copy_n(product.data().data(), m * n, raw.data() + t * m * n);
-        });
-        return finish_matmul<NeedsAmax, R, C, P>(s.out, request, rule, raw.data());
+    if constexpr (std::same_as<C, float>) {
+        if (gemm != nullptr) {
+            // Each batch's raw product (the data product itself: scale-1 operands under natural
+            // scaling), the batches across threads; the scales apply once, in finish.
+            const float* pa = decoded<float>(a.data(), operand_panel<float, 0>());
+            const float* pb = decoded<float>(b.data(), operand_panel<float, 1>());
+            std::vector<float> raw(batches * m * n);
+            parallel_for(batches, [&](std::size_t t) {
+                gemm(pa + s.operand_batch(s.a_batch, t) * m * k, pb + s.operand_batch(s.b_batch, t) * k * n, m, k, n,
+                     raw.data() + t * m * n);
+            });
+            return finish_matmul<NeedsAmax, R, C, P>(s.out, request, rule, raw.data());
+        }
     }
+    return eigen_batched_matmul<NeedsAmax, R, C, P>(decoded<C>(a.data(), operand_panel<C, 0>()),
+                                                    decoded<C>(b.data(), operand_panel<C, 1>()), s, request, rule);
 }
 
 /// a.b^T and a^T.b without materialising the transpose (matmul_vjp's two products).
@@ -620,8 +580,7 @@ template <class Strategy, class Out, class A, class PA, class B, class PB>
     constexpr bool needs_amax = needs_amax_v<Strategy>;
     const auto rule = matmul_rule<Strategy, common_policy_t<PA, PB>>();
     if (a.dimension() == 2 && b.dimension() == 2) return matmul_scoped<needs_amax, Out>(a, b, rule, no_buffer{}, grids);
-    return with_current_gemm<A, B>(
-        [&]<class Gemm>() { return batched_matmul_with<needs_amax, Out, Gemm>(a, b, rule, grids); }, grids);
+    return batched_matmul_with<needs_amax, Out>(a, b, rule, current_gemm<A, B>(grids));
 }
 
 }  // namespace detail
@@ -645,8 +604,7 @@ template <class Strategy = default_scaling, class Out = void, class A, class PA,
     if (a.dimension() == 2 && b.dimension() == 2) {
         return detail::matmul_scoped<needs_amax, Out>(a, b, rule, std::forward<Buffer>(buffer));
     }
-    return detail::with_current_gemm<A, B>(
-        [&]<class Gemm>() { return detail::batched_matmul_with<needs_amax, Out, Gemm>(a, b, rule); });
+    return detail::batched_matmul_with<needs_amax, Out>(a, b, rule, detail::current_gemm<A, B>());
 }
 
 /// matmul accumulating as Model says for this call, whatever the thread's scope:
@@ -657,13 +615,13 @@ template <class Strategy = default_scaling, class Out = void, tensor_core::Accum
           class B, class PB, class Buffer = detail::no_buffer>
 [[nodiscard]] auto matmul(const ScaledArray<A, PA>& a, const ScaledArray<B, PB>& b, Model, Buffer&& buffer = {})
 {
-    using Gemm = tensor_core::operand_gemm_t<Model, A, B>;
+    constexpr tensor_core::grid_gemm_fn gemm = detail::model_gemm<Model, A, B>();
     constexpr bool needs_amax = detail::needs_amax_v<Strategy>;
     const auto rule = detail::matmul_rule<Strategy, common_policy_t<PA, PB>>();
     if (a.dimension() == 2 && b.dimension() == 2) {
-        return detail::matmul_with<needs_amax, Out, Gemm>(a, b, rule, std::forward<Buffer>(buffer));
+        return detail::matmul_with<needs_amax, Out>(a, b, rule, std::forward<Buffer>(buffer), gemm);
     }
-    return detail::batched_matmul_with<needs_amax, Out, Gemm>(a, b, rule);
+    return detail::batched_matmul_with<needs_amax, Out>(a, b, rule, gemm);
 }
 
 // ---- backward rule --------------------------------------------------------------------------
@@ -786,5 +744,4 @@ template <class Strategy = default_scaling, class Out = void, class G, class PG,
 #include <scalify/detail/compiled_instances.hpp>
 SCALIFY_GEMM_SLAB_INSTANCES(extern template, float)
 SCALIFY_GEMM_SLAB_INSTANCES(extern template, double)
-SCALIFY_FOR_EACH_GEMM_MODEL(SCALIFY_GRID_GEMM_INSTANCE, extern template)
 #endif
