@@ -9,7 +9,7 @@
 //   fp8-autoscale AutoScale (docs/scaling_over_time.md): each matmul's forward and backward products
 //                 hold a propagation scale, on_off(1/3, 1/20); prints the per-op report at the end
 //
-//   fashion_mnist --mode M --epochs N --loss-weight W --seed S [--accumulate exact|h100|h100-fast]
+//   fashion_mnist --mode M --epochs N --loss-weight W --seed S [--accumulate GPU]
 //                 [--train-limit N] [--data DIR] [--min-accuracy A] [--max-accuracy A]
 //                 [--autoscale-history FILE]   (fp8-autoscale: the scale history as CSV)
 //                 [--autoscale-strategy on-off|conservative]   (fp8-autoscale; default on-off)
@@ -28,10 +28,11 @@
 // the global batch. Rank 0 prints. --check-replicas asserts after every step that all ranks hold
 // the same parameters and scales.
 //
-// --accumulate picks how the fp8 matmuls (forward and backward) accumulate: exact float32
-// (default), or the H100's tensor cores as cuBLASLt runs them (h100: partial sums promoted to
-// float32 every 128 products; h100-fast: one fp8 accumulation chain, use_fast_accum=True); see
-// docs/tensor_core.md.
+// --accumulate picks how the matmuls (forward and backward) accumulate: exact float32 (default),
+// or as a GPU's tensor cores do for each operand pair (v100, a100, ada, h100, h100-fast, b200, amx;
+// h100: cuBLASLt's fp8 partial sums promoted to float32 every 128 products, h100-fast: one fp8
+// chain, use_fast_accum=True; "+tf32" after a GPU with a tf32 unit runs float32 products as tf32);
+// see docs/tensor_core.md, "matmul's accumulation model".
 //
 // --loss-weight W multiplies the loss by W and divides the learning rate by W: the same training
 // in exact arithmetic, and a classic underflow stress for narrow gradient formats (W may be
@@ -291,7 +292,7 @@ int main(int argc, char** argv)
                 opt.loss_weight = parse_weight(value);
                 opt.loss_weight_text = value;
             } else if (flag == "--seed") opt.seed = static_cast<unsigned>(std::stoul(value));
-            else if (flag == "--accumulate") opt.accumulate = value;
+            else if (flag == "--accumulate") opt.accumulate = to_string(examples::parse_accumulate(value));
             else if (flag == "--train-limit") opt.train_limit = std::stoul(value);
             else if (flag == "--data") opt.data = value;
             else if (flag == "--min-accuracy") opt.min_accuracy = std::stod(value);
