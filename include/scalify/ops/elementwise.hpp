@@ -10,6 +10,7 @@
 ///     auto e = mul<default_scaling, float>(a, b);  // result data stored as float
 
 #include <scalify/numeric/convert.hpp>
+#include <scalify/numeric/math.hpp>
 #include <scalify/ops/reduce.hpp>
 #include <scalify/ops/result.hpp>
 
@@ -365,7 +366,7 @@ template <bool NeedsAmax, class T, class P>
     const C s = static_cast<C>(a.scale());
     return unary_by_rule<NeedsAmax, T>("gelu", a, a.scale(), rule, [s](C x) {
         const C v = x * s;
-        return C(0.5) * x * (C(1) + std::erf(v * C(0.70710678118654752440)));
+        return C(0.5) * x * (C(1) + math::erf(v * C(0.70710678118654752440)));  // float: scalify's erf
     });
 }
 template <bool NeedsAmax, class T, class P>
@@ -382,7 +383,7 @@ template <bool NeedsAmax, class T, class P>
 {
     using C = compute_t<T>;
     const C s = static_cast<C>(a.scale());
-    return unary_by_rule<NeedsAmax, T>("exp", a, 1.0f, rule, [s](C x) { return s == C(0) ? C(1) : std::exp(x * s); });
+    return unary_by_rule<NeedsAmax, T>("exp", a, 1.0f, rule, [s](C x) { return bit_select(s == C(0), C(1), math::exp(x * s)); });
 }
 template <bool NeedsAmax, class T, class P>
 [[nodiscard]] ScaledArray<T, P> log_by_rule(const ScaledArray<T, P>& a, scale_rule rule)
@@ -565,7 +566,7 @@ template <bool NeedsAmax, class G, class PG, class X, class PX, class Derivative
     request.input_scales[1] = x.scale();
     request.input_count = 2;
     return finish_by_rule<NeedsAmax, PG, G, C>(op, shape, request, rule, [=](std::size_t i) {
-        const C xv = sx == C(0) ? C(0) : load(px[i]) * sx;  // a zero-scale x is zeros
+        const C xv = bit_select(sx == C(0), C(0), load(px[i]) * sx);  // a zero-scale x is zeros (masks: vectorises)
         return load(pg[i]) * derivative(xv);
     });
 }
@@ -583,9 +584,9 @@ struct gelu_derivative_fn {
     template <class C>
     C operator()(C v) const noexcept
     {
-        const C cdf = C(0.5) * (C(1) + std::erf(v * C(0.70710678118654752440)));
-        const C pdf = std::exp(C(-0.5) * v * v) * C(0.39894228040143267794);
-        return cdf + v * pdf;
+        const C cdf = C(0.5) * (C(1) + math::erf(v * C(0.70710678118654752440)));  // float: scalify's erf, exp
+        const C pdf = math::exp(C(-0.5) * v * v) * C(0.39894228040143267794);
+        return cdf + rounded_product(v, pdf);  // not fused into an FMA under any -ffp-contract
     }
 };
 struct tanh_derivative_fn {

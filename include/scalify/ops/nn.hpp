@@ -8,6 +8,7 @@
 ///     auto p = softmax<unit_scaling>(logits, 1);      // data ~ unit RMS for unit-normal logits
 ///     auto lp = log_softmax<unit_scaling>(logits, 1);
 
+#include <scalify/numeric/math.hpp>
 #include <scalify/ops/elementwise.hpp>
 #include <scalify/ops/reduce.hpp>
 
@@ -60,7 +61,7 @@ template <class Op, class Strategy, class Out, class T, class P, class Finish>
     const axis_lanes lanes(op, a.shape(), axis);
     const C s = static_cast<C>(a.scale());
     const T* data = a.data().data();
-    const auto value = [&](std::size_t i) { return s == C(0) ? C(0) : load(data[i]) * s; };  // zero scale: zeros
+    const auto value = [&](std::size_t i) { return bit_select(s == C(0), C(0), load(data[i]) * s); };  // zero scale: zeros
     std::vector<C> raw(a.size());
     lanes.for_each([&](std::size_t base, std::size_t stride) {
         C top = -std::numeric_limits<C>::infinity();
@@ -69,7 +70,7 @@ template <class Op, class Strategy, class Out, class T, class P, class Finish>
             top = (top != top || top > v) ? top : v;
         }
         C total = 0;
-        for (std::size_t k = 0; k < lanes.length; ++k) total += std::exp(value(base + k * stride) - top);
+        for (std::size_t k = 0; k < lanes.length; ++k) total += math::exp(value(base + k * stride) - top);
         const C log_total = std::log(total);
         for (std::size_t k = 0; k < lanes.length; ++k) {
             raw[base + k * stride] = finish_lane(value(base + k * stride), top, total, log_total);
@@ -90,7 +91,7 @@ template <class Strategy = default_scaling, class Out = void, class T, class P>
 [[nodiscard]] auto softmax(const ScaledArray<T, P>& a, std::size_t axis)
 {
     return detail::normalise_along<ops::softmax, Strategy, Out>(
-        "softmax", a, axis, [](auto v, auto top, auto total, auto) { return std::exp(v - top) / total; });
+        "softmax", a, axis, [](auto v, auto top, auto total, auto) { return math::exp(v - top) / total; });
 }
 
 /// a - logsumexp(a) along `axis`. Natural scale 1; unit_scaling: the expected RMS of the result
@@ -153,7 +154,7 @@ template <class Strategy = default_scaling, class G, class PG, class Y, class PY
         for (std::size_t k = 0; k < lanes.length; ++k) total += detail::load(pg[base + k * stride]);
         for (std::size_t k = 0; k < lanes.length; ++k) {
             const std::size_t i = base + k * stride;
-            const C probability = std::exp(sy == C(0) ? C(0) : detail::load(py[i]) * sy);
+            const C probability = math::exp(detail::bit_select(sy == C(0), C(0), detail::load(py[i]) * sy));
             raw[i] = detail::load(pg[i]) - probability * total;
         }
     });
