@@ -8,6 +8,7 @@
 ///     auto p = softmax<unit_scaling>(logits, 1);      // data ~ unit RMS for unit-normal logits
 ///     auto lp = log_softmax<unit_scaling>(logits, 1);
 
+#include <scalify/detail/parallel.hpp>
 #include <scalify/numeric/math.hpp>
 #include <scalify/ops/elementwise.hpp>
 #include <scalify/ops/reduce.hpp>
@@ -42,13 +43,15 @@ struct axis_lanes {
         length = shape[axis];
     }
 
-    /// f(base, stride) for every lane.
+    /// f(base, stride) for every lane, the lanes split across threads (parallel_lanes: each lane
+    /// on one thread, in its own order, so results do not depend on the thread count). f must
+    /// not throw and may write only its own lane's elements.
     template <class F>
     void for_each(F f) const
     {
-        for (std::size_t o = 0; o < outer; ++o) {
-            for (std::size_t j = 0; j < inner; ++j) f(o * length * inner + j, inner);
-        }
+        parallel_lanes(outer * inner, length, [&](std::size_t first, std::size_t last) {
+            for (std::size_t lane = first; lane < last; ++lane) f((lane / inner) * length * inner + lane % inner, inner);
+        });
     }
 };
 
@@ -73,7 +76,8 @@ template <class Op, class Strategy, class Out, class T, class P, class Finish>
         for (std::size_t k = 0; k < lanes.length; ++k) total += math::exp(value(base + k * stride) - top);
         const C log_total = std::log(total);
         for (std::size_t k = 0; k < lanes.length; ++k) {
-            raw[base + k * stride] = finish_lane(value(base + k * stride), top, total, log_total);
+            const std::size_t i = base + k * stride;
+            raw[i] = finish_lane(value(i), top, total, log_total);
         }
     });
     scale_request request;
