@@ -30,6 +30,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <ctime>
 #include <limits>
 #include <numbers>
 #include <optional>
@@ -277,9 +278,13 @@ int train(const options& opt, const mode& md)
     double val_bpc = validation_bpc<Strategy>(m, validation, c.heads);
     fmt::print("step {:5}  val_bpc={:.4f}\n", 0, val_bpc);
     double train_sum = 0.0, seconds = 0.0;
+    // Since the last line: wall seconds, and the process's CPU seconds (all threads), which a
+    // busy machine stretches far less than the wall clock.
+    double interval_seconds = 0.0, interval_cpu = 0.0;
     std::size_t since_eval = 0;
     for (std::size_t step = 0; step < opt.steps; ++step) {
         const auto start = std::chrono::steady_clock::now();
+        const std::clock_t cpu_start = std::clock();
         const char_lm::batch data = char_lm::sample_batch(train_tokens, c.batch, c.context, rng);
         const std::vector<std::int32_t> targets = flat(data.targets);
         auto [loss, grads] = ad::value_and_grad<Strategy>(
@@ -289,7 +294,10 @@ int train(const options& opt, const mode& md)
         blocks_optimizer.set_learning_rate(rate);
         outeroptimizer.step(m.outer, std::get<0>(grads));
         blocks_optimizer.step(m.blocks, std::get<1>(grads));
-        seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        const double step_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        seconds += step_seconds;
+        interval_seconds += step_seconds;
+        interval_cpu += double(std::clock() - cpu_start) / CLOCKS_PER_SEC;
         train_sum += double(loss.value()()) / std::numbers::ln2;
         ++since_eval;
         if (!std::isfinite(double(loss.value()()))) {
@@ -299,10 +307,13 @@ int train(const options& opt, const mode& md)
         }
         if ((step + 1) % opt.eval_every == 0 || step + 1 == opt.steps) {
             val_bpc = validation_bpc<Strategy>(m, validation, c.heads);
-            fmt::print("step {:5}  train_bpc={:.4f}  val_bpc={:.4f}  ms_per_step={:.1f}\n", step + 1,
-                       train_sum / double(since_eval), val_bpc, 1000.0 * seconds / double(step + 1));
+            fmt::print("step {:5}  train_bpc={:.4f}  val_bpc={:.4f}  ms_per_step={:.1f}  interval_ms={:.1f}  "
+                       "interval_cpu_ms={:.1f}\n",
+                       step + 1, train_sum / double(since_eval), val_bpc, 1000.0 * seconds / double(step + 1),
+                       1000.0 * interval_seconds / double(since_eval), 1000.0 * interval_cpu / double(since_eval));
             train_sum = 0.0;
             since_eval = 0;
+            interval_seconds = interval_cpu = 0.0;
         }
     }
     if (opt.sample_chars > 0 && std::isfinite(val_bpc)) {
