@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <utility>
 
 #if defined(_OPENMP)
 #include <omp.h>
@@ -30,13 +31,12 @@ inline constexpr std::size_t parallel_grain = std::size_t{1} << 15;
 #endif
 }
 
-/// body(range, begin, end) for the parallel_range_count(count) contiguous ranges covering
-/// [0, count), concurrently when there are several. body must not throw.
+/// body(range, begin, end) for `ranges` contiguous ranges covering [0, count), concurrently when
+/// there are several (one call body(0, 0, count) for ranges <= 1). body must not throw.
 template <class Body>
-void parallel_ranges(std::size_t count, Body&& body)
+void split_ranges(std::size_t ranges, std::size_t count, Body&& body)
 {
-    const std::size_t ranges = parallel_range_count(count);
-    if (ranges == 1) {
+    if (ranges <= 1) {
         body(std::size_t{0}, std::size_t{0}, count);
         return;
     }
@@ -50,6 +50,14 @@ void parallel_ranges(std::size_t count, Body&& body)
 #endif
 }
 
+/// body(range, begin, end) for the parallel_range_count(count) contiguous ranges covering
+/// [0, count), concurrently when there are several. body must not throw.
+template <class Body>
+void parallel_ranges(std::size_t count, Body&& body)
+{
+    split_ranges(parallel_range_count(count), count, std::forward<Body>(body));
+}
+
 /// body(first, last) over contiguous ranges of `lanes` lanes of `length` elements each, split
 /// across threads as parallel_ranges splits lanes * length elements (never a lane in two). A
 /// lane's result is computed by one thread in its own order, so it never depends on the thread
@@ -57,19 +65,8 @@ void parallel_ranges(std::size_t count, Body&& body)
 template <class Body>
 void parallel_lanes(std::size_t lanes, std::size_t length, Body&& body)
 {
-    const std::size_t ranges = std::min(lanes, parallel_range_count(lanes * length));
-    if (ranges <= 1) {
-        body(std::size_t{0}, lanes);
-        return;
-    }
-#if defined(_OPENMP)
-    const auto n = static_cast<std::ptrdiff_t>(ranges);
-#pragma omp parallel for schedule(static) num_threads(static_cast<int>(ranges))
-    for (std::ptrdiff_t r = 0; r < n; ++r) {
-        const auto range = static_cast<std::size_t>(r);
-        body(lanes * range / ranges, lanes * (range + 1) / ranges);
-    }
-#endif
+    split_ranges(std::min(lanes, parallel_range_count(lanes * length)), lanes,
+                 [&body](std::size_t, std::size_t first, std::size_t last) { body(first, last); });
 }
 
 /// body(i) for i in [0, count), one task per index across the OpenMP threads (for heavy tasks
