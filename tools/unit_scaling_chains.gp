@@ -1,4 +1,4 @@
-# Data RMS per layer of 16-layer chains under unit_scaling, under the rules before and after the per-op scale rules of docs/ops.md,
+# Data RMS per layer of 16-layer chains under unit_scaling, with the earlier and the current per-op scale rules (docs/ops.md),
 # from tools/unit_scaling_report's .dat files. Run by cmake/unit_scaling_report.cmake:
 #   gnuplot -e "data='DIR'; out='FILE.png'" tools/unit_scaling_chains.gp
 set terminal pngcairo size 1400,680 font "DejaVu Sans,11" noenhanced
