@@ -234,6 +234,14 @@ template <class From, class Shape>
     return axes;
 }
 
+/// g summed over `axes` (broadcast_axes of g and `shape`) and reshaped to `shape`.
+template <class Strategy, class Op, class T, class P, class Shape>
+[[nodiscard]] ScaledArray<T, P> summed_to(const ScaledArray<T, P>& g, std::vector<std::size_t> axes, const Shape& shape)
+{
+    using C = compute_t<T>;
+    auto summed = reduce<Op, Strategy, T>("vjp", g, std::move(axes), C(0), sum_fn{});
+    return reshape(summed, std::vector<std::size_t>(shape.begin(), shape.end()));
+}
 /// g summed over the axes that broadcasting added or stretched, so it has `shape`, stored under
 /// Op's rule (contraction: the elements summed per output). shape_error if `shape` does not
 /// broadcast to g's shape. Where nothing is summed the result is g: copied from an lvalue,
@@ -243,15 +251,14 @@ template <class Strategy, class Op = ops::reduce_sum, class T, class P, class Sh
 {
     auto axes = broadcast_axes(g.shape(), shape);
     if (axes.empty()) return g;
-    using C = compute_t<T>;
-    auto summed = reduce<Op, Strategy, T>("vjp", g, std::move(axes), C(0), sum_fn{});
-    return reshape(summed, std::vector<std::size_t>(shape.begin(), shape.end()));
+    return summed_to<Strategy, Op>(g, std::move(axes), shape);
 }
 template <class Strategy, class Op = ops::reduce_sum, class T, class P, class Shape>
 [[nodiscard]] ScaledArray<T, P> unbroadcast(ScaledArray<T, P>&& g, const Shape& shape)
 {
-    if (broadcast_axes(g.shape(), shape).empty()) return std::move(g);
-    return unbroadcast<Strategy, Op>(std::as_const(g), shape);
+    auto axes = broadcast_axes(g.shape(), shape);
+    if (axes.empty()) return std::move(g);
+    return summed_to<Strategy, Op>(g, std::move(axes), shape);
 }
 
 }  // namespace detail
