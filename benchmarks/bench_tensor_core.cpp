@@ -1,7 +1,8 @@
 // Tensor-core models side by side with Eigen's float GEMM on the same shape, in one run:
 //   gemm<h100_cublaslt_fp8> / <h100_cublaslt_fp8_fast> on 256 x 1024 x 256 e4m3fn codes vs Eigen
 //   sgemm on float copies of the same values (the target: within 10x of the peer);
-//   the HMMA chain on f16 and bf16; a unit the lanes do not cover, on the reference engine;
+//   the HMMA chain on f16 and bf16; b200_f8f6f4, AMX-BF16 and the CDNA units (MI250, MI300);
+//   a unit the lanes do not cover, on the reference engine;
 //   scaled fp8 matmul with exact vs H100 accumulation at 512^3.
 // Both sides use the same threads: OpenMP where the build found it (OMP_NUM_THREADS sets the
 // count for Eigen and scalify alike), else one. docs/benchmarks.md has the figures:
@@ -81,6 +82,24 @@ BENCHMARK(gemm_model<tc::h100_hmma_chain, Eigen::half>)
     ->Unit(benchmark::kMillisecond);
 BENCHMARK(gemm_model<tc::h100_hmma_chain, Eigen::bfloat16>)
     ->Name("gemm_256x1024x256_bf16_h100_hmma_chain")
+    ->Unit(benchmark::kMillisecond);
+
+BENCHMARK(gemm_model<tc::b200_f8f6f4_chain, float8_e4m3fn>)
+    ->Name("gemm_256x1024x256_e4m3fn_b200_f8f6f4_chain")
+    ->Unit(benchmark::kMillisecond);
+// The CPU and AMD units: chains of float32 FMAs (AMX), pairwise float32 adds (CDNA1/2) and the
+// fused round-down unit (CDNA3), each in its own lanes.
+BENCHMARK(gemm_model<tc::amx_bf16_gemm, Eigen::bfloat16>)
+    ->Name("gemm_256x1024x256_bf16_amx_bf16_gemm")
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK(gemm_model<tc::mi250_mfma_chain, Eigen::half>)
+    ->Name("gemm_256x1024x256_f16_mi250_mfma_chain")
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK(gemm_model<tc::mi300_mfma_chain, Eigen::half>)
+    ->Name("gemm_256x1024x256_f16_mi300_mfma_chain")
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK(gemm_model<tc::mi300_mfma_chain, float8_e4m3fnuz>)
+    ->Name("gemm_256x1024x256_e4m3fnuz_mi300_mfma_chain")
     ->Unit(benchmark::kMillisecond);
 
 /// A unit the lanes do not cover (round-to-nearest alignment and normalisation): every output on

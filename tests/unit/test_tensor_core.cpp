@@ -640,3 +640,62 @@ TEST_CASE("matmul of f16 and bf16 under the H100 models runs an HMMA chain", "[t
     CHECK(same_bits(matmul<natural_scaling, float>(e, b, tc::h100_cublaslt_fp8{}).data(),
                     matmul<natural_scaling, float>(e, b).data()));
 }
+
+// ---- one gemm_model template for every unit --------------------------------------------------------
+
+static_assert(tc::MatrixInstruction<tc::h100_qgmma> && tc::MatrixInstruction<tc::a100_tf32> &&
+              tc::MatrixInstruction<tc::amx_bf16> && tc::MatrixInstruction<tc::mi300_mfma> &&
+              tc::MatrixInstruction<tc::b200_nvfp4> && !tc::MatrixInstruction<tc::h100_cublaslt_fp8>);
+static_assert(tc::GemmModel<tc::h100_cublaslt_fp8> && tc::GemmModel<tc::amx_bf16_gemm> &&
+              tc::GemmModel<tc::mi300_mfma_chain> && tc::GemmModel<tc::b200_nvfp4_chain>);
+static_assert(std::same_as<tc::fma_gemm_model<tc::amx_bf16>, tc::gemm_model<tc::amx_bf16, 0>> &&
+              std::same_as<tc::cdna_gemm_model<tc::mi300_mfma>, tc::gemm_model<tc::mi300_mfma, 0>> &&
+              std::same_as<tc::block_gemm_model<tc::b200_nvfp4>, tc::gemm_model<tc::b200_nvfp4, 0>>);
+static_assert(tc::CdnaGemmModel<tc::mi250_mfma_chain> && !tc::CdnaGemmModel<tc::amx_bf16_gemm> &&
+              tc::BlockGemmModel<tc::b200_mxf4_chain> && !tc::BlockGemmModel<tc::b200_f8f6f4_chain>);
+static_assert(tc::AccumulationModel<tc::mi300_mfma_chain> && !tc::AccumulationModel<tc::b200_nvfp4_chain>);
+
+namespace {
+
+/// A promoted chain on the AMX unit and on CDNA3: two instructions per partial sum.
+struct unified_amx_promoted : tc::gemm_model<tc::amx_bf16, 2> {
+    static constexpr const char* name = "unified_amx_promoted";
+};
+struct unified_mi300_promoted : tc::gemm_model<tc::mi300_mfma, 2> {
+    static constexpr const char* name = "unified_mi300_promoted";
+};
+
+/// gemm<Promoted> against float32 adds of one-chain partials of `group` products each.
+template <class Promoted, class Chain, class T>
+void unified_check_promotion(std::size_t group)
+{
+    std::mt19937 rng(91);
+    const std::size_t m = 3, k = 5 * group + group / 2, n = 18;  // a short last group
+    const auto a = random_matrix<T>(m, k, rng);
+    const auto b = random_matrix<T>(k, n, rng);
+    const xt::xarray<float> d = tc::gemm<Promoted>(a, b);
+    for (std::size_t i = 0; i < m; ++i) {
+        for (std::size_t j = 0; j < n; ++j) {
+            std::vector<T> row(k), column(k);
+            for (std::size_t p = 0; p < k; ++p) {
+                row[p] = a(i, p);
+                column[p] = b(p, j);
+            }
+            float total = 0.0f;
+            for (std::size_t s = 0; s < k; s += group) {
+                const std::size_t len = std::min(group, k - s);
+                total += tc::gemm_dot<Chain>(std::span<const T>(row.data() + s, len), std::span<const T>(column.data() + s, len));
+            }
+            REQUIRE(bits(d(i, j)) == bits(total));
+            REQUIRE(bits(tc::gemm_dot<Promoted>(row, column)) == bits(total));
+        }
+    }
+}
+
+}  // namespace
+
+TEST_CASE("gemm_model: any unit's instruction chains with a promotion interval", "[tensor_core][gemm]")
+{
+    unified_check_promotion<unified_amx_promoted, tc::amx_bf16_gemm, Eigen::bfloat16>(64);
+    unified_check_promotion<unified_mi300_promoted, tc::mi300_mfma_chain, Eigen::half>(16);
+}

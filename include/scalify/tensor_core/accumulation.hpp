@@ -24,6 +24,8 @@
 #include <scalify/error.hpp>
 #include <scalify/numeric/dtype.hpp>
 #include <scalify/tensor_core/amx.hpp>
+#include <scalify/tensor_core/blackwell.hpp>
+#include <scalify/tensor_core/cdna.hpp>
 #include <scalify/tensor_core/gemm.hpp>
 #include <scalify/tensor_core/model.hpp>
 
@@ -45,17 +47,17 @@ struct exact_accumulation {
     static constexpr const char* name = "exact";
 };
 
-/// What a matmul may accumulate with: exact_accumulation, a GEMM model, or an FMA-chain GEMM
-/// model (amx_bf16_gemm, avx512_bf16_gemm).
+/// What a matmul may accumulate with: exact_accumulation or a GEMM model whose operands carry no
+/// block scales (the NVIDIA units, AMX, CDNA).
 template <class M>
-concept AccumulationModel = std::same_as<M, exact_accumulation> || GemmModel<M> || FmaGemmModel<M>;
+concept AccumulationModel =
+    std::same_as<M, exact_accumulation> || (GemmModel<M> && M::instruction::scale_block == 0);
 
 namespace detail {
 /// Whether GEMM model M's instruction takes TA x TB.
 template <class M, class TA, class TB>
 inline constexpr bool gemm_takes = false;
-template <class M, class TA, class TB>
-    requires(GemmModel<M> || FmaGemmModel<M>)
+template <GemmModel M, class TA, class TB>
 inline constexpr bool gemm_takes<M, TA, TB> = M::instruction::template takes<TA, TB>;
 }  // namespace detail
 
@@ -301,7 +303,7 @@ struct engine_of<b200_tf32_chain> {
 template <class M, class E>
 inline constexpr bool same_arithmetic = std::same_as<M, E>;
 template <GemmModel M, GemmModel E>
-    requires(!std::same_as<M, E>)
+    requires(!std::same_as<M, E> && InnerProductModel<typename M::instruction> && InnerProductModel<typename E::instruction>)
 inline constexpr bool same_arithmetic<M, E> =
     M::promotion_interval == E::promotion_interval && M::instruction::alignment_bits == E::instruction::alignment_bits &&
     M::instruction::result_bits == E::instruction::result_bits && M::instruction::k == E::instruction::k &&

@@ -24,10 +24,10 @@
 ///     float d = tensor_core::dot<tensor_core::amx_bf16>(a, b, 0.0f);          // one TDPBF16PS output
 ///     auto y = tensor_core::gemm<tensor_core::amx_bf16_gemm>(x, w);           // chained along K
 ///
-/// The models take the same spellings as the NVIDIA ones (dot, gemm, gemm_dot) through overloads
-/// constrained on FmaChainModel and FmaGemmModel; they are not GemmModels, so matmul's accumulation
-/// models and scopes do not take them yet (detail::gemm_into below is the entry point matmul's
-/// dispatch would call). AMX-FP16 (TDPFP16PS) is not modelled: it was not captured
+/// The instructions are MatrixInstructions and their GEMMs gemm_model tags (fma_gemm_model<I> is
+/// gemm_model<I, 0>): gemm and gemm_dot are the ones of gemm.hpp, this header supplies their
+/// engine (detail::gemm_engine<FmaChainModel>); dot takes them through an overload constrained on
+/// FmaChainModel. AMX-FP16 (TDPFP16PS) is not modelled: it was not captured
 /// (the capturing CPU lacks it), and the SDM text available states its rounding and denormal
 /// handling but not the order of its additions. docs: the AMX section of docs/tensor_core.md.
 
@@ -35,6 +35,7 @@
 #include <scalify/error.hpp>
 #include <scalify/scaled_array.hpp>
 #include <scalify/tensor_core/dot.hpp>
+#include <scalify/tensor_core/gemm.hpp>
 #include <scalify/tensor_core/model.hpp>
 
 #include <fmt/format.h>
@@ -74,8 +75,12 @@ struct fma_chain_model {
     static constexpr std::size_t k = K;
     using operands = Operands;
     static constexpr fma_chain_order order = Order;
+    using accumulator = float;
     template <class TA, class TB>
     static constexpr bool takes = Operands::template contains<TA, TB>;
+    template <class TA, class TB>
+    static constexpr std::size_t k_for = K;
+    static constexpr std::size_t scale_block = 0;
 };
 
 /// A tag describing one chained-FMA instruction: derived from fma_chain_model, with a name.
@@ -101,19 +106,15 @@ struct avx512_bf16 : fma_chain_model<2, same_type_of<Eigen::bfloat16>, fma_chain
     static constexpr const char* name = "avx512_bf16";
 };
 
-/// A GEMM of chained-FMA instructions: Instruction::k products at a time along K in increasing k,
-/// each instruction's result the next one's accumulator, starting from +0. The last instruction
-/// takes what is left (a narrower tile); an odd K ends with a zero product.
+/// A GEMM of chained-FMA instructions, one chain: gemm_model's (Instruction::k products at a time
+/// along K in increasing k, each instruction's result the next one's accumulator, from +0). The
+/// last instruction takes what is left (a narrower tile); an odd K ends with a zero product.
 template <FmaChainModel Instruction>
-struct fma_gemm_model {
-    using instruction = Instruction;
-};
+using fma_gemm_model = gemm_model<Instruction, 0>;
 
+/// A GEMM model whose instruction chains FMAs.
 template <class M>
-concept FmaGemmModel = std::is_base_of_v<fma_gemm_model<typename M::instruction>, M> &&
-                       FmaChainModel<typename M::instruction> && requires {
-                           { M::name } -> std::convertible_to<const char*>;
-                       };
+concept FmaGemmModel = GemmModel<M> && FmaChainModel<typename M::instruction>;
 
 template <class M, class TA, class TB>
 concept FmaGemmModelFor = FmaGemmModel<M> && FmaChainModelFor<typename M::instruction, TA, TB>;
@@ -265,17 +266,18 @@ template <FmaChainModel Model>
 template <FmaGemmModel Model>
 [[nodiscard]] std::uint32_t chain(const std::uint32_t* a, const std::uint32_t* b, std::size_t k) noexcept
 {
-    constexpr std::size_t step = Model::instruction::k;
-    std::uint32_t acc = 0;
-    std::size_t s = 0;
-    for (; s + step <= k; s += step) acc = instruction<typename Model::instruction>(a + s, b + s, step, acc);
-    if (s < k) {
+    using I = typename Model::instruction;
+    constexpr std::size_t step = I::k;
+    // The accumulator travels as a float's bits (copies keep every NaN payload).
+    const auto one = [=](std::size_t s, std::size_t count, float c) {
+        const auto acc = std::bit_cast<std::uint32_t>(c);
+        if (count == step) return std::bit_cast<float>(instruction<I>(a + s, b + s, step, acc));
         std::uint32_t ta[step] = {}, tb[step] = {};
-        std::copy(a + s, a + k, ta);
-        std::copy(b + s, b + k, tb);
-        acc = instruction<typename Model::instruction>(ta, tb, (k - s + 1) / 2 * 2, acc);
-    }
-    return acc;
+        std::copy(a + s, a + s + count, ta);
+        std::copy(b + s, b + s + count, tb);
+        return std::bit_cast<float>(instruction<I>(ta, tb, (count + 1) / 2 * 2, acc));
+    };
+    return std::bit_cast<std::uint32_t>(chain_along_k<Model::promotion_interval>(k, step, one));
 }
 
 inline constexpr std::size_t lane_width = 16;
@@ -391,106 +393,58 @@ template <FmaChainModel Model, std::ranges::contiguous_range RA, std::ranges::co
 
 namespace detail {
 
-/// out (M x N, row-major) = gemm<Model>(a (M x K), b (K x N)), both row-major and contiguous; the
-/// entry point matmul's dispatch uses for the NVIDIA models (gemm.hpp), here for FmaGemmModels.
-/// Outputs are shared among OpenMP threads when the including program is built with OpenMP.
-template <FmaGemmModel Model, class TA, class TB>
-void gemm_into(const TA* a, const TB* b, std::size_t m, std::size_t k, std::size_t n, float* out)
-{
-    fma_chain::check_operands<typename Model::instruction, TA, TB>();
-    if (m == 0 || n == 0) return;
-    std::vector<std::uint32_t> rows(m * k), columns(n * k);
-    for (std::size_t i = 0; i < m * k; ++i) rows[i] = fma_chain::widen(a[i]);
-    for (std::size_t p = 0; p < k; ++p)
-        for (std::size_t j = 0; j < n; ++j) columns[j * k + p] = fma_chain::widen(b[p * n + j]);
-    const std::uint32_t* const r = rows.data();
-    const std::uint32_t* const c = columns.data();
-    // The lanes use the CPU's float FMA: only under round to nearest (the default environment).
-    if (std::fegetround() != FE_TONEAREST) {
-        scalify::detail::parallel_for(m, [=](std::size_t i) {
-            for (std::size_t j = 0; j < n; ++j)
-                out[i * n + j] = std::bit_cast<float>(fma_chain::chain<Model>(r + i * k, c + j * k, k));
-        });
-        return;
-    }
-    // Float panels, DAZ applied, K padded to even with a zero product (as chain() does): A by
-    // rows, B in blocks of lane_width columns, K rows each; columns past N are zeros.
-    constexpr std::size_t W = fma_chain::lane_width;
-    const std::size_t kp = (k + 1) / 2 * 2, blocks = (n + W - 1) / W;
-    std::vector<float> a_panel(m * kp, 0.0f), b_panel(blocks * kp * W, 0.0f);
-    for (std::size_t i = 0; i < m; ++i)
-        for (std::size_t p = 0; p < k; ++p) a_panel[i * kp + p] = fma_chain::lane_value(r[i * k + p]);
-    for (std::size_t j = 0; j < n; ++j)
-        for (std::size_t p = 0; p < k; ++p) b_panel[((j / W) * kp + p) * W + j % W] = fma_chain::lane_value(c[j * k + p]);
-    const float* const ap = a_panel.data();
-    const float* const bp = b_panel.data();
-    scalify::detail::parallel_for(m * blocks, [=](std::size_t task) {
-        const std::size_t i = task / blocks, block = task % blocks, j0 = block * W, width = std::min(W, n - j0);
-        float lane_out[W];
-        const std::uint32_t unsure = fma_chain::lanes<Model>(ap + i * kp, bp + block * kp * W, kp, lane_out);
-        for (std::size_t j = 0; j < width; ++j) {
-            out[i * n + j0 + j] = (unsure >> j) & 1u ? std::bit_cast<float>(fma_chain::chain<Model>(r + i * k, c + (j0 + j) * k, k))
-                                                     : lane_out[j];
+/// The engine of the chained-FMA units: float lanes with the CPU's FMA (round to nearest, the
+/// default environment), the exact chain for the outputs they leave unsure and under any other
+/// rounding mode. Outputs are shared among OpenMP threads when the including program is built
+/// with OpenMP.
+template <FmaChainModel Instruction>
+struct gemm_engine<Instruction> {
+    template <GemmModel Model, class TA, class TB>
+    static void run(const TA* a, const TB* b, std::size_t m, std::size_t k, std::size_t n, float* out)
+    {
+        std::vector<std::uint32_t> rows, columns;
+        read_rows_and_columns<gemm_engine>(a, b, m, k, n, rows, columns);
+        const std::uint32_t* const r = rows.data();
+        const std::uint32_t* const c = columns.data();
+        const auto exact = [=](std::size_t i, std::size_t j) { return chain<Model, TA, TB>(r + i * k, c + j * k, k); };
+        // The lanes run one chain with the CPU's float FMA: only under round to nearest.
+        if (Model::promotion_interval != 0 || std::fegetround() != FE_TONEAREST) {
+            scalify::detail::parallel_for(m, [=](std::size_t i) {
+                for (std::size_t j = 0; j < n; ++j) out[i * n + j] = exact(i, j);
+            });
+            return;
         }
-    });
-}
+        // Float panels, DAZ applied, K padded to even with a zero product (as chain() does): A by
+        // rows, B in blocks of lane_width columns, K rows each; columns past N are zeros.
+        constexpr std::size_t W = fma_chain::lane_width;
+        const std::size_t kp = (k + 1) / 2 * 2, blocks = (n + W - 1) / W;
+        std::vector<float> a_panel(m * kp, 0.0f), b_panel(blocks * kp * W, 0.0f);
+        for (std::size_t i = 0; i < m; ++i)
+            for (std::size_t p = 0; p < k; ++p) a_panel[i * kp + p] = fma_chain::lane_value(r[i * k + p]);
+        for (std::size_t j = 0; j < n; ++j)
+            for (std::size_t p = 0; p < k; ++p) b_panel[((j / W) * kp + p) * W + j % W] = fma_chain::lane_value(c[j * k + p]);
+        const float* const ap = a_panel.data();
+        const float* const bp = b_panel.data();
+        const auto lanes = [=](std::size_t i, std::size_t block, float* lane_out) {
+            return fma_chain::lanes<Model>(ap + i * kp, bp + block * kp * W, kp, lane_out);
+        };
+        lane_tasks<W>(m, n, out, lanes, exact);
+    }
 
-/// gemm_into over float32 operands on the grids of TA and TB (a recipe's operands after their
-/// casts): the bits gemm_into gives for the operands stored as TA and TB.
-template <FmaGemmModel Model, class TA, class TB>
-void gemm_into_on_grid(const float* a, const float* b, std::size_t m, std::size_t k, std::size_t n, float* out)
-{
-    std::vector<TA> ta(m * k);
-    std::vector<TB> tb(k * n);
-    for (std::size_t i = 0; i < ta.size(); ++i) ta[i] = TA(a[i]);
-    for (std::size_t i = 0; i < tb.size(); ++i) tb[i] = TB(b[i]);
-    gemm_into<Model>(ta.data(), tb.data(), m, k, n, out);
-}
+    /// An operand's float32 bits (bf16 widened).
+    template <class T>
+    [[nodiscard]] static std::uint32_t read(const T& x) noexcept
+    {
+        return fma_chain::widen(x);
+    }
+
+    template <GemmModel Model, class TA, class TB>
+    [[nodiscard]] static float chain(const std::uint32_t* x, const std::uint32_t* y, std::size_t k) noexcept
+    {
+        return std::bit_cast<float>(fma_chain::chain<Model>(x, y, k));
+    }
+};
 
 }  // namespace detail
-
-/// a (M x K) . b (K x N) as Model's GEMM computes it; shape_error unless both are 2-D with matching
-/// inner dimensions. K = 0 gives +0 everywhere; M or N = 0 an empty M x N result.
-template <FmaGemmModel Model, class TA, class TB>
-[[nodiscard]] xt::xarray<float> gemm(const xt::xarray<TA>& a, const xt::xarray<TB>& b)
-{
-    detail::fma_chain::check_operands<typename Model::instruction, TA, TB>();
-    if (a.dimension() != 2 || b.dimension() != 2 || a.shape()[1] != b.shape()[0]) {
-        SCALIFY_THROW(shape_error(fmt::format("tensor_core::gemm<{}>: shapes {} and {} do not multiply (need (M, K) "
-                                              "and (K, N))",
-                                              Model::name, shape_string(a.shape()), shape_string(b.shape()))));
-    }
-    const std::size_t m = a.shape()[0], k = a.shape()[1], n = b.shape()[1];
-    auto out = xt::xarray<float>::from_shape({m, n});
-    detail::gemm_into<Model>(a.data(), b.data(), m, k, n, out.data());
-    return out;
-}
-
-/// One output of gemm<Model> for two vectors of any equal length; shape_error otherwise.
-template <FmaGemmModel Model, class TA, class TB>
-[[nodiscard]] float gemm_dot(std::span<const TA> a, std::span<const TB> b)
-{
-    detail::fma_chain::check_operands<typename Model::instruction, TA, TB>();
-    if (a.size() != b.size()) {
-        SCALIFY_THROW(shape_error(fmt::format("tensor_core::gemm_dot<{}>: vectors of {} and {} elements", Model::name,
-                                              a.size(), b.size())));
-    }
-    std::vector<std::uint32_t> x(a.size()), y(b.size());
-    for (std::size_t i = 0; i < a.size(); ++i) {
-        x[i] = detail::fma_chain::widen(a[i]);
-        y[i] = detail::fma_chain::widen(b[i]);
-    }
-    return std::bit_cast<float>(detail::fma_chain::chain<Model>(x.data(), y.data(), x.size()));
-}
-
-template <FmaGemmModel Model, std::ranges::contiguous_range RA, std::ranges::contiguous_range RB>
-    requires(!detail::is_const_span<std::remove_cvref_t<RA>> || !detail::is_const_span<std::remove_cvref_t<RB>>)
-[[nodiscard]] float gemm_dot(const RA& a, const RB& b)
-{
-    using TA = std::ranges::range_value_t<RA>;
-    using TB = std::ranges::range_value_t<RB>;
-    return gemm_dot<Model, TA, TB>(std::span<const TA>(std::ranges::data(a), std::ranges::size(a)),
-                                   std::span<const TB>(std::ranges::data(b), std::ranges::size(b)));
-}
 
 }  // namespace scalify::tensor_core

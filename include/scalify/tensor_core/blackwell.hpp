@@ -47,6 +47,7 @@
 #include <scalify/block/block_scaled_array.hpp>
 #include <scalify/error.hpp>
 #include <scalify/tensor_core/dot.hpp>
+#include <scalify/tensor_core/gemm.hpp>
 #include <scalify/tensor_core/model.hpp>
 
 #include <fmt/format.h>
@@ -137,8 +138,11 @@ struct block_scaled_model {
     using operands = Operands;
     using rules = Rules;
     using scale_type = detail::scale_type_of<Scale>;
+    using accumulator = float;
     template <class TA, class TB>
     static constexpr bool takes = Operands::template contains<TA, TB>;
+    template <class TA, class TB>
+    static constexpr std::size_t k_for = K;
 };
 
 /// A tag describing a block-scaled instruction: derived from block_scaled_model, with a name.
@@ -178,18 +182,14 @@ struct b200_mxf4_block16
     static constexpr const char* name = "b200_mxf4_block16";
 };
 
-/// A GEMM of block-scaled operands: Instruction chained along K (each result the next one's C),
-/// from C = +0.
+/// A GEMM of block-scaled operands, one chain: gemm_model's (Instruction chained along K, each
+/// result the next one's C, from C = +0); block_gemm and gemm of BlockScaledArrays run it.
 template <BlockScaledModel Instruction>
-struct block_gemm_model {
-    using instruction = Instruction;
-};
+using block_gemm_model = gemm_model<Instruction, 0>;
 
+/// A GEMM model whose instruction is block-scaled.
 template <class M>
-concept BlockGemmModel = std::is_base_of_v<block_gemm_model<typename M::instruction>, M> &&
-                         BlockScaledModel<typename M::instruction> && requires {
-                             { M::name } -> std::convertible_to<const char*>;
-                         };
+concept BlockGemmModel = GemmModel<M> && BlockScaledModel<typename M::instruction>;
 
 /// MXFP8/6/4 GEMM on kind::mxf8f6f4, one chain.
 struct b200_mxf8f6f4_chain : block_gemm_model<b200_mxf8f6f4> {
@@ -455,7 +455,7 @@ template <BlockScaledModel Model, std::ranges::contiguous_range RA, std::ranges:
 
 /// a (M x K) . b (K x N) with scale_a (M x K/B) and scale_b (K/B x N), B = the instruction's scale
 /// block, as Model's GEMM computes it: per output, instructions over k = 0, k, 2k, ... chained
-/// from C = +0. K must be a multiple of B; a last, shorter instruction is padded with zero operands
+/// from C = +0 (detail::chain_along_k, the chain of every GEMM model). K must be a multiple of B; a last, shorter instruction is padded with zero operands
 /// (and the scales of the last block). shape_error otherwise.
 template <BlockGemmModel Model, class TA, class TB, class S>
 [[nodiscard]] xt::xarray<float> block_gemm(const xt::xarray<TA>& a, const xt::xarray<S>& scale_a, const xt::xarray<TB>& b,
@@ -485,17 +485,15 @@ template <BlockGemmModel Model, class TA, class TB, class S>
     const detail::operand zero{};
     for (std::size_t i = 0; i < m; ++i) {
         for (std::size_t j = 0; j < n; ++j) {
-            float acc = 0.0f;
-            for (std::size_t s = 0; s < k; s += I::k) {
-                const std::size_t len = std::min(I::k, k - s);
+            const auto one = [&](std::size_t s, std::size_t len, float acc) {
                 const std::size_t last = (s + len - 1) / B;  // the last block this step reads
-                acc = detail::block_inner_product_of<I>(
+                return detail::block_inner_product_of<I>(
                     [&](std::size_t t) { return t < len ? x[i * k + s + t] : zero; },
                     [&](std::size_t t) { return t < len ? y[(s + t) * n + j] : zero; },
                     [&](std::size_t q) { return sx[i * (k / B) + std::min(s / B + q, last)]; },
                     [&](std::size_t q) { return sy[std::min(s / B + q, last) * n + j]; }, acc);
-            }
-            out(i, j) = acc;
+            };
+            out(i, j) = detail::chain_along_k<Model::promotion_interval>(k, I::k, one);
         }
     }
     return out;

@@ -41,14 +41,17 @@
 /// MI100MC.m rounds each block of CDNA1 once instead of the pairwise tree, a disagreement only a
 /// capture can settle (docs/tensor_core.md).
 ///
-/// The models take the spellings of the NVIDIA ones (dot, gemm, gemm_dot) through overloads
-/// constrained on CdnaModel and CdnaGemmModel; matmul's accumulation models and scopes do not take
-/// them. docs: the CDNA section of docs/tensor_core.md.
+/// The units are MatrixInstructions and their GEMMs gemm_model tags (cdna_gemm_model<I> is
+/// gemm_model<I, 0>): gemm and gemm_dot are the ones of gemm.hpp, this header supplies their
+/// engine (detail::gemm_engine<CdnaModel>); dot takes them through an overload constrained on
+/// CdnaModel. The run-time accumulation choice names them (mi100, mi250, mi300). docs: the CDNA
+/// section of docs/tensor_core.md.
 
 #include <scalify/detail/parallel.hpp>
 #include <scalify/error.hpp>
 #include <scalify/scaled_array.hpp>
 #include <scalify/tensor_core/dot.hpp>
+#include <scalify/tensor_core/gemm.hpp>
 #include <scalify/tensor_core/model.hpp>
 
 #include <fmt/format.h>
@@ -113,6 +116,12 @@ struct cdna_mfma_model {
     static constexpr std::size_t block = block_of<TA, TB>();
     template <class TA, class TB>
     static constexpr bool takes = block<TA, TB> != 0;
+    /// Products per instruction (per block) for TA x TB, and the largest block.
+    template <class TA, class TB>
+    static constexpr std::size_t k_for = block<TA, TB>;
+    static constexpr std::size_t k = std::max({F16Block, Bf16Block, Xf32Block, Fp8Block});
+    using accumulator = float;
+    static constexpr std::size_t scale_block = 0;
 };
 
 /// A tag describing one CDNA unit: derived from cdna_mfma_model, with a name.
@@ -158,20 +167,16 @@ struct mi300_mfma : cdna_mfma_model<cdna_sum::fused_round_down, false, 8, 8, 4, 
 };
 using mi325_mfma = mi300_mfma;
 
-/// A GEMM on a CDNA unit: one float32 accumulator per output, starting from +0, blocks of
-/// Instruction::block<TA, TB> products along K in increasing k, each block's result the next
-/// one's C (what chaining MFMA instructions along K does); a K that is not a multiple of the block
-/// ends with a zero-padded block.
+/// A GEMM on a CDNA unit, one chain: gemm_model's (one float32 accumulator per output from +0,
+/// blocks of Instruction::block<TA, TB> products along K in increasing k, each block's result the
+/// next one's C, as chaining MFMA instructions along K does); a K that is not a multiple of the
+/// block ends with a zero-padded block.
 template <CdnaModel Instruction>
-struct cdna_gemm_model {
-    using instruction = Instruction;
-};
+using cdna_gemm_model = gemm_model<Instruction, 0>;
 
+/// A GEMM model whose instruction is a CDNA unit.
 template <class M>
-concept CdnaGemmModel = std::is_base_of_v<cdna_gemm_model<typename M::instruction>, M> &&
-                        CdnaModel<typename M::instruction> && requires {
-                            { M::name } -> std::convertible_to<const char*>;
-                        };
+concept CdnaGemmModel = GemmModel<M> && CdnaModel<typename M::instruction>;
 
 template <class M, class TA, class TB>
 concept CdnaGemmModelFor = CdnaGemmModel<M> && CdnaModelFor<typename M::instruction, TA, TB>;
@@ -479,42 +484,36 @@ inline constexpr bool fp8_pair = !std::same_as<TA, float> && !std::same_as<TA, E
                                  !std::same_as<TA, Eigen::bfloat16> && !std::same_as<TB, float> &&
                                  !std::same_as<TB, Eigen::half> && !std::same_as<TB, Eigen::bfloat16>;
 
-/// c + sum of n products, blocks of Block in increasing k (the last one zero-padded), each block's
-/// result the next one's c.
-template <CdnaModel Model, class TA, class TB>
-[[nodiscard]] std::uint32_t chain(const TA* a, std::size_t a_stride, const TB* b, std::size_t b_stride, std::size_t n,
-                                  std::size_t block_size, std::uint32_t c) noexcept
-{
-    constexpr bool even_odd = fp8_pair<TA, TB>;
-    if constexpr (Model::sum == cdna_sum::pairwise_fp32 && Model::flush_subnormals) c = flush_input(c);
-    operand x[16], y[16];
-    for (std::size_t s = 0; s < n; s += block_size) {
-        const std::size_t m = std::min(block_size, n - s);
-        for (std::size_t i = 0; i < block_size; ++i) {
-            x[i] = i < m ? read(a[(s + i) * a_stride]) : operand{};
-            y[i] = i < m ? read(b[(s + i) * b_stride]) : operand{};
-        }
-        c = block<Model, even_odd>(x, y, block_size, c);
-    }
-    return c;
-}
-
-/// chain() over operands already read (a and b contiguous, n of each).
-template <CdnaModel Model, bool EvenOdd>
+/// c + sum of n products already read (a and b contiguous), blocks of block_size in increasing k
+/// (the last one zero-padded), each block's result the next one's c; a GEMM's promotion every
+/// Interval blocks (0: one chain).
+template <CdnaModel Model, bool EvenOdd, std::size_t Interval = 0>
 [[nodiscard]] std::uint32_t chain_read(const operand* a, const operand* b, std::size_t n, std::size_t block_size,
                                        std::uint32_t c) noexcept
 {
     if constexpr (Model::sum == cdna_sum::pairwise_fp32 && Model::flush_subnormals) c = flush_input(c);
-    operand x[16], y[16];
-    for (std::size_t s = 0; s < n; s += block_size) {
-        const std::size_t m = std::min(block_size, n - s);
-        std::copy(a + s, a + s + m, x);
-        std::copy(b + s, b + s + m, y);
-        std::fill(x + m, x + block_size, operand{});
-        std::fill(y + m, y + block_size, operand{});
-        c = block<Model, EvenOdd>(x, y, block_size, c);
+    // The accumulator travels as a float's bits (copies keep every NaN payload).
+    const auto one = [=](std::size_t s, std::size_t count, float acc) {
+        operand x[16], y[16];
+        std::copy(a + s, a + s + count, x);
+        std::copy(b + s, b + s + count, y);
+        std::fill(x + count, x + block_size, operand{});
+        std::fill(y + count, y + block_size, operand{});
+        return std::bit_cast<float>(block<Model, EvenOdd>(x, y, block_size, std::bit_cast<std::uint32_t>(acc)));
+    };
+    return std::bit_cast<std::uint32_t>(chain_along_k<Interval>(n, block_size, one, std::bit_cast<float>(c)));
+}
+
+/// chain_read over n operands of types TA and TB, read as the unit reads them.
+template <CdnaModel Model, class TA, class TB>
+[[nodiscard]] std::uint32_t chain(const TA* a, const TB* b, std::size_t n, std::size_t block_size, std::uint32_t c)
+{
+    std::vector<operand> x(n), y(n);
+    for (std::size_t i = 0; i < n; ++i) {
+        x[i] = read(a[i]);
+        y[i] = read(b[i]);
     }
-    return c;
+    return chain_read<Model, fp8_pair<TA, TB>>(x.data(), y.data(), n, block_size, c);
 }
 
 inline constexpr std::size_t lane_width = 16;
@@ -662,7 +661,7 @@ constexpr void check_operands() noexcept
 }  // namespace detail::cdna
 
 // ---------------------------------------------------------------------------------------------
-// dot, gemm, gemm_dot
+// dot, and the engine of gemm and gemm_dot
 
 /// One instruction's result for one output: c + sum of a[k]*b[k] as Model's unit computes it (bit
 /// for bit with MMA-Sim). a and b hold the same number n of products: a multiple of the unit's
@@ -682,7 +681,7 @@ template <CdnaModel Model, class TA, class TB>
                                               Model::name, a.size(), b.size(), block)));
     }
     return std::bit_cast<float>(
-        detail::cdna::chain<Model>(a.data(), 1, b.data(), 1, n, std::min(block, n), std::bit_cast<std::uint32_t>(c)));
+        detail::cdna::chain<Model>(a.data(), b.data(), n, std::min(block, n), std::bit_cast<std::uint32_t>(c)));
 }
 
 /// dot over any contiguous ranges (std::array, std::vector, ...).
@@ -696,46 +695,42 @@ template <CdnaModel Model, std::ranges::contiguous_range RA, std::ranges::contig
                               std::span<const TB>(std::ranges::data(b), std::ranges::size(b)), c);
 }
 
-/// a (M x K) . b (K x N) as Model's GEMM computes it; shape_error unless both are 2-D with matching
-/// inner dimensions. K = 0 gives +0 everywhere; M or N = 0 an empty M x N result. Outputs are
-/// shared among OpenMP threads when the including program is built with OpenMP.
-template <CdnaGemmModel Model, class TA, class TB>
-[[nodiscard]] xt::xarray<float> gemm(const xt::xarray<TA>& a, const xt::xarray<TB>& b)
-{
-    using instruction = typename Model::instruction;
-    detail::cdna::check_operands<instruction, TA, TB>();
-    if (a.dimension() != 2 || b.dimension() != 2 || a.shape()[1] != b.shape()[0]) {
-        SCALIFY_THROW(shape_error(fmt::format("tensor_core::gemm<{}>: shapes {} and {} do not multiply (need (M, K) "
-                                              "and (K, N))",
-                                              Model::name, shape_string(a.shape()), shape_string(b.shape()))));
-    }
-    const std::size_t m = a.shape()[0], k = a.shape()[1], n = b.shape()[1];
-    auto out = xt::xarray<float>::from_shape({m, n});
-    if (m == 0 || n == 0) return out;
-    namespace cd = detail::cdna;
-    constexpr std::size_t block = instruction::template block<TA, TB>;
-    constexpr bool even_odd = cd::fp8_pair<TA, TB>;
-    // Every operand read once: A by rows, B by columns, so each output reads two contiguous runs.
-    std::vector<detail::operand> rows(m * k), columns(n * k);
-    for (std::size_t i = 0; i < m * k; ++i) rows[i] = cd::read(a.data()[i]);
-    for (std::size_t p = 0; p < k; ++p)
-        for (std::size_t j = 0; j < n; ++j) columns[j * k + p] = cd::read(b.data()[p * n + j]);
-    const detail::operand* const r = rows.data();
-    const detail::operand* const c = columns.data();
-    float* const op = out.data();
-    const auto exact = [=](std::size_t i, std::size_t j) {
-        return std::bit_cast<float>(cd::chain_read<instruction, even_odd>(r + i * k, c + j * k, k, block, 0u));
-    };
-    if constexpr (instruction::sum == cdna_sum::pairwise_fp32) {
-        // Float lanes under round to nearest (the default environment); the exact chain elsewhere.
-        if (std::fegetround() == FE_TONEAREST) {
-            constexpr std::size_t W = cd::lane_width;
-            const std::size_t kp = (k + block - 1) / block * block, blocks = (n + W - 1) / W;
-            const auto value = [](const detail::operand& x) {
-                using kind = detail::operand::kind;
-                const detail::operand y = instruction::flush_subnormals ? cd::flush_input(x) : x;
-                if (y.what == kind::nan) return std::bit_cast<float>(cd::quiet_nan);
-                if (y.what == kind::infinite) return std::bit_cast<float>((y.negative ? 0x80000000u : 0u) | cd::positive_inf);
+namespace detail {
+
+/// The engine of the CDNA units: float lanes (CDNA1/2) or double and integer lanes (CDNA3) under
+/// round to nearest (the default environment), the exact chain for the outputs they leave unsure,
+/// under other rounding modes and for promoted chains. Outputs are shared among OpenMP threads
+/// when the including program is built with OpenMP.
+template <CdnaModel Instruction>
+struct gemm_engine<Instruction> {
+    template <GemmModel Model, class TA, class TB>
+    static void run(const TA* a, const TB* b, std::size_t m, std::size_t k, std::size_t n, float* out)
+    {
+        constexpr std::size_t block = Instruction::template block<TA, TB>;
+        constexpr bool even_odd = cdna::fp8_pair<TA, TB>;
+        constexpr std::size_t W = cdna::lane_width;
+        using kind = operand::kind;
+        // Every operand read once.
+        std::vector<operand> rows, columns;
+        read_rows_and_columns<gemm_engine>(a, b, m, k, n, rows, columns);
+        const operand* const r = rows.data();
+        const operand* const c = columns.data();
+        const auto exact = [=](std::size_t i, std::size_t j) { return chain<Model, TA, TB>(r + i * k, c + j * k, k); };
+        // The lanes run one chain; the rounding of their float (or final) operations is the
+        // default environment's.
+        if (Model::promotion_interval != 0 || std::fegetround() != FE_TONEAREST) {
+            scalify::detail::parallel_for(m, [=](std::size_t i) {
+                for (std::size_t j = 0; j < n; ++j) out[i * n + j] = exact(i, j);
+            });
+            return;
+        }
+        const std::size_t kp = (k + block - 1) / block * block, blocks = (n + W - 1) / W;
+        if constexpr (Instruction::sum == cdna_sum::pairwise_fp32) {
+            // Float lanes.
+            const auto value = [](const operand& x) {
+                const operand y = Instruction::flush_subnormals ? cdna::flush_input(x) : x;
+                if (y.what == kind::nan) return std::bit_cast<float>(cdna::quiet_nan);
+                if (y.what == kind::infinite) return std::bit_cast<float>((y.negative ? 0x80000000u : 0u) | cdna::positive_inf);
                 if (y.what == kind::zero) return y.negative ? -0.0f : 0.0f;
                 const float v = std::ldexp(static_cast<float>(y.significand), y.lsb);  // exact: f16, bf16
                 return y.negative ? -v : v;
@@ -748,31 +743,20 @@ template <CdnaGemmModel Model, class TA, class TB>
             const float* const ap = a_panel.data();
             const float* const bp = b_panel.data();
             constexpr bool check_tiny = std::same_as<TA, Eigen::bfloat16>;
-            scalify::detail::parallel_for(m * blocks, [=](std::size_t task) {
-                const std::size_t i = task / blocks, blk = task % blocks, j0 = blk * W, width = std::min(W, n - j0);
-                float lane_out[W];
-                const std::uint32_t unsure =
-                    cd::pairwise_lanes<instruction, block, check_tiny>(ap + i * kp, bp + blk * kp * W, kp, lane_out);
-                for (std::size_t j = 0; j < width; ++j)
-                    op[i * n + j0 + j] = (unsure >> j) & 1u ? exact(i, j0 + j) : lane_out[j];
-            });
-            return out;
-        }
-    } else {
-        // Double and integer lanes (no dependence on the rounding mode but the final conversion's:
-        // round to nearest only). Rows or columns holding a non-finite operand, or an operand whose
-        // exponent could take a product past 2^128, go through the exact chain.
-        if (std::fegetround() == FE_TONEAREST) {
-            constexpr std::size_t W = cd::lane_width;
-            const std::size_t kp = (k + block - 1) / block * block, blocks = (n + W - 1) / W;
-            using kind = detail::operand::kind;
-            const auto value = [](const detail::operand& x) {
+            const auto lanes = [=](std::size_t i, std::size_t blk, float* lane_out) {
+                return cdna::pairwise_lanes<Instruction, block, check_tiny>(ap + i * kp, bp + blk * kp * W, kp, lane_out);
+            };
+            lane_tasks<W>(m, n, out, lanes, exact);
+        } else {
+            // Double and integer lanes. Rows or columns holding a non-finite operand, or an operand
+            // whose exponent could take a product past 2^128, go through the exact chain.
+            const auto value = [](const operand& x) {
                 if (x.what != kind::finite) return x.negative ? -0.0 : 0.0;
                 const double v = std::ldexp(static_cast<double>(x.significand), x.lsb);
                 return x.negative ? -v : v;
             };
-            const auto exponent = [](const detail::operand& x) { return x.what == kind::finite ? x.exponent : -126; };
-            const auto wild = [](const detail::operand& x) {
+            const auto exponent = [](const operand& x) { return x.what == kind::finite ? x.exponent : -126; };
+            const auto wild = [](const operand& x) {
                 return x.what == kind::nan || x.what == kind::infinite || (x.what == kind::finite && x.exponent > 63);
             };
             std::vector<double> a_val(m * kp, 0.0), b_val(blocks * kp * W, 0.0);
@@ -780,14 +764,14 @@ template <CdnaGemmModel Model, class TA, class TB>
             std::vector<unsigned char> row_wild(m, 0), column_wild(n, 0);
             for (std::size_t i = 0; i < m; ++i)
                 for (std::size_t p = 0; p < k; ++p) {
-                    const detail::operand& x = r[i * k + p];
+                    const operand& x = r[i * k + p];
                     a_val[i * kp + p] = value(x);
                     a_exp[i * kp + p] = exponent(x);
                     row_wild[i] |= wild(x) ? 1 : 0;
                 }
             for (std::size_t j = 0; j < n; ++j)
                 for (std::size_t p = 0; p < k; ++p) {
-                    const detail::operand& x = c[j * k + p];
+                    const operand& x = c[j * k + p];
                     const std::size_t at = ((j / W) * kp + p) * W + j % W;
                     b_val[at] = value(x);
                     b_exp[at] = exponent(x);
@@ -799,45 +783,33 @@ template <CdnaGemmModel Model, class TA, class TB>
             const int* const be = b_exp.data();
             const unsigned char* const rw = row_wild.data();
             const unsigned char* const cw = column_wild.data();
-            scalify::detail::parallel_for(m * blocks, [=](std::size_t task) {
-                const std::size_t i = task / blocks, blk = task % blocks, j0 = blk * W, width = std::min(W, n - j0);
-                float lane_out[W];
-                const std::uint32_t unsure = cd::fused_lanes<block, even_odd>(av + i * kp, ae + i * kp, bv + blk * kp * W,
-                                                                              be + blk * kp * W, kp, lane_out);
-                for (std::size_t j = 0; j < width; ++j)
-                    op[i * n + j0 + j] = ((unsure >> j) & 1u) || rw[i] || cw[j0 + j] ? exact(i, j0 + j) : lane_out[j];
-            });
-            return out;
+            const auto lanes = [=](std::size_t i, std::size_t blk, float* lane_out) {
+                if (rw[i]) return ~std::uint32_t{0};
+                std::uint32_t unsure =
+                    cdna::fused_lanes<block, even_odd>(av + i * kp, ae + i * kp, bv + blk * kp * W, be + blk * kp * W, kp, lane_out);
+                const std::size_t j0 = blk * W, width = std::min(W, n - j0);
+                for (std::size_t j = 0; j < width; ++j) unsure |= (cw[j0 + j] ? 1u : 0u) << j;
+                return unsure;
+            };
+            lane_tasks<W>(m, n, out, lanes, exact);
         }
     }
-    scalify::detail::parallel_for(m, [=](std::size_t i) {
-        for (std::size_t j = 0; j < n; ++j) op[i * n + j] = exact(i, j);
-    });
-    return out;
-}
 
-/// One output of gemm<Model> for two vectors of any equal length; shape_error otherwise.
-template <CdnaGemmModel Model, class TA, class TB>
-[[nodiscard]] float gemm_dot(std::span<const TA> a, std::span<const TB> b)
-{
-    using instruction = typename Model::instruction;
-    detail::cdna::check_operands<instruction, TA, TB>();
-    if (a.size() != b.size()) {
-        SCALIFY_THROW(shape_error(fmt::format("tensor_core::gemm_dot<{}>: vectors of {} and {} elements", Model::name,
-                                              a.size(), b.size())));
+    /// An operand as the unit reads it (float: xf32, truncated to tf32).
+    template <class T>
+    [[nodiscard]] static operand read(const T& x) noexcept
+    {
+        return cdna::read(x);
     }
-    return std::bit_cast<float>(detail::cdna::chain<instruction>(a.data(), 1, b.data(), 1, a.size(),
-                                                                 instruction::template block<TA, TB>, 0u));
-}
 
-template <CdnaGemmModel Model, std::ranges::contiguous_range RA, std::ranges::contiguous_range RB>
-    requires(!detail::is_const_span<std::remove_cvref_t<RA>> || !detail::is_const_span<std::remove_cvref_t<RB>>)
-[[nodiscard]] float gemm_dot(const RA& a, const RB& b)
-{
-    using TA = std::ranges::range_value_t<RA>;
-    using TB = std::ranges::range_value_t<RB>;
-    return gemm_dot<Model, TA, TB>(std::span<const TA>(std::ranges::data(a), std::ranges::size(a)),
-                                   std::span<const TB>(std::ranges::data(b), std::ranges::size(b)));
-}
+    template <GemmModel Model, class TA, class TB>
+    [[nodiscard]] static float chain(const operand* x, const operand* y, std::size_t k) noexcept
+    {
+        return std::bit_cast<float>(cdna::chain_read<Instruction, cdna::fp8_pair<TA, TB>, Model::promotion_interval>(
+            x, y, k, Instruction::template block<TA, TB>, 0u));
+    }
+};
+
+}  // namespace detail
 
 }  // namespace scalify::tensor_core

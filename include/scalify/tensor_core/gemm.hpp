@@ -2,7 +2,11 @@
 /// \file tensor_core/gemm.hpp
 /// gemm<Model>(a, b): an (M x K) . (K x N) product as a GPU GEMM computes it, bit for bit: each
 /// output a chain of Model::instruction along K (tensor_core/model.hpp says how chains are cut
-/// and promoted). gemm_dot<Model>(a, b) is one output of it for vectors of any length.
+/// and promoted). gemm_dot<Model>(a, b) is one output of it for vectors of any length. One
+/// gemm_model template, one chain along K (detail::chain_along_k) and these entry points serve
+/// every unit; what differs per family of instructions is its engine (detail::gemm_engine: the
+/// arithmetic of one instruction and its fast lanes), here for inner_product_model, in amx.hpp,
+/// cdna.hpp and blackwell.hpp for the others.
 ///
 ///     xt::xarray<float8_e4m3fn> a = ...;  // M x K
 ///     xt::xarray<float8_e4m3fn> b = ...;  // K x N
@@ -42,26 +46,108 @@ namespace scalify::tensor_core {
 
 namespace detail {
 
-/// One output of Model's GEMM: a[0..k) . b[0..k), decomposed.
-template <GemmModel Model>
-[[nodiscard]] float chain_reference(const operand* a, const operand* b, std::size_t k) noexcept
+/// The chain along K of every GEMM model, for one output: instructions of `step` products in
+/// increasing k, each consuming the running accumulator (`instruction(first, count, c)` returns
+/// D for products [first, first + count), count < step only for the last one), from C = c. With
+/// Interval = n > 0 the chain restarts from +0 every n instructions and each partial sum joins a
+/// float32 total by a round-to-nearest-even add (promotion; c is then +0).
+template <std::size_t Interval, class Instruction>
+[[nodiscard]] float chain_along_k(std::size_t k, std::size_t step, const Instruction& instruction, float c = 0.0f)
 {
-    using instruction = typename Model::instruction;
-    constexpr std::size_t step = instruction::k;
-    constexpr std::size_t interval = Model::promotion_interval;
     float total = 0.0f;
-    float partial = 0.0f;
+    float partial = c;
     std::size_t in_group = 0;
     for (std::size_t s = 0; s < k; s += step) {
-        partial = inner_product<instruction>(a + s, b + s, std::min(step, k - s), partial);
-        if (interval != 0 && ++in_group == interval) {
+        partial = instruction(s, std::min(step, k - s), partial);
+        if (Interval != 0 && ++in_group == Interval) {
             total += partial;  // round to nearest even, as the promotion's float32 add
             partial = 0.0f;
             in_group = 0;
         }
     }
-    if constexpr (interval == 0) return partial;
+    if constexpr (Interval == 0) return partial;
     else return in_group != 0 ? total + partial : total;
+}
+
+/// How the GEMMs of one family of instructions run, specialised per family (InnerProductModel
+/// here; FmaChainModel and CdnaModel in their headers; block-scaled GEMMs take their scales
+/// through block_gemm, blackwell.hpp). An engine E provides, for M, N, K > 0 and operands
+/// row-major and contiguous:
+///   E::run<Model>(a, b, m, k, n, out)                 the GEMM (its lanes, the chains where they stop)
+///   E::read(x), E::chain<Model, TA, TB>(x, y, k)      an operand as the unit reads it, and one output
+///                                                     over k operands so read (gemm_dot);
+///                                                     or E::one<Model>(a, b, k) for both
+///   E::run_on_grid<Model, TA, TB>(a, b, ...)          optional: the GEMM over float32 values on TA's
+///                                                     and TB's grids (else they are stored as TA, TB)
+template <class Instruction>
+struct gemm_engine;
+
+/// A by rows and B by columns, each operand as Engine reads it, so that each output reads two
+/// contiguous runs: rows (M x K) and columns (N x K).
+template <class Engine, class TA, class TB, class Element>
+void read_rows_and_columns(const TA* a, const TB* b, std::size_t m, std::size_t k, std::size_t n,
+                           std::vector<Element>& rows, std::vector<Element>& columns)
+{
+    rows.resize(m * k);
+    columns.resize(n * k);
+    for (std::size_t i = 0; i < m * k; ++i) rows[i] = Engine::read(a[i]);
+    for (std::size_t p = 0; p < k; ++p)
+        for (std::size_t j = 0; j < n; ++j) columns[j * k + p] = Engine::read(b[p * n + j]);
+}
+
+/// One output of Model's GEMM over a[0..k) and b[0..k): gemm_dot's.
+template <GemmModel Model, class TA, class TB>
+[[nodiscard]] float gemm_output(const TA* a, const TB* b, std::size_t k)
+{
+    using engine = gemm_engine<typename Model::instruction>;
+    if constexpr (requires { engine::template one<Model>(a, b, k); }) {
+        return engine::template one<Model>(a, b, k);
+    } else {
+        std::vector<decltype(engine::read(*a))> x(k), y(k);
+        for (std::size_t i = 0; i < k; ++i) {
+            x[i] = engine::read(a[i]);
+            y[i] = engine::read(b[i]);
+        }
+        return engine::template chain<Model, TA, TB>(x.data(), y.data(), k);
+    }
+}
+
+/// Model's GEMM over float32 operands on the grids of TA and TB, by storing them as TA and TB
+/// first (exact: the values are on the grids): the engines without a reader of their own for such
+/// operands.
+template <GemmModel Model, class TA, class TB>
+void gemm_on_grid_as_stored(const float* a, const float* b, std::size_t m, std::size_t k, std::size_t n, float* out)
+{
+    std::vector<TA> ta(m * k);
+    std::vector<TB> tb(k * n);
+    for (std::size_t i = 0; i < ta.size(); ++i) ta[i] = TA(a[i]);
+    for (std::size_t i = 0; i < tb.size(); ++i) tb[i] = TB(b[i]);
+    gemm_engine<typename Model::instruction>::template run<Model>(ta.data(), tb.data(), m, k, n, out);
+}
+
+/// The lanes' skeleton of the engines whose lanes may leave outputs unsure: tasks of one row of A
+/// by one block of W columns, shared among threads; lanes(i, block, lane_out) computes W outputs
+/// and returns a mask of those to take from exact(i, j) instead.
+template <std::size_t W, class Lanes, class Exact>
+void lane_tasks(std::size_t m, std::size_t n, float* out, const Lanes& lanes, const Exact& exact)
+{
+    const std::size_t blocks = (n + W - 1) / W;
+    scalify::detail::parallel_for(m * blocks, [=, &lanes, &exact](std::size_t task) {
+        const std::size_t i = task / blocks, block = task % blocks, j0 = block * W, width = std::min(W, n - j0);
+        float lane_out[W];
+        const std::uint32_t unsure = lanes(i, block, lane_out);
+        for (std::size_t j = 0; j < width; ++j) out[i * n + j0 + j] = (unsure >> j) & 1u ? exact(i, j0 + j) : lane_out[j];
+    });
+}
+
+/// One output of Model's GEMM: a[0..k) . b[0..k), decomposed.
+template <GemmModel Model>
+[[nodiscard]] float chain_reference(const operand* a, const operand* b, std::size_t k) noexcept
+{
+    using instruction = typename Model::instruction;
+    return chain_along_k<Model::promotion_interval>(k, instruction::k, [=](std::size_t s, std::size_t count, float c) {
+        return inner_product<instruction>(a + s, b + s, count, c);
+    });
 }
 
 /// Model's GEMM on the reference engine, out (M x N) from a (M x K) and b (K x N), row-major. Tasks
@@ -571,53 +657,54 @@ template <GemmModel Model, class TA, class TB>
     return gemm_lanes<Model>(gemm_operand_of<check_range>(a), gemm_operand_of<check_range>(b), check_range, m, k, n, out);
 }
 
-/// out (M x N, row-major) = gemm<Model>(a (M x K), b (K x N)), both row-major and contiguous.
-template <GemmModel Model, class TA, class TB>
-void gemm_into(const TA* a, const TB* b, std::size_t m, std::size_t k, std::size_t n, float* out)
-{
-    if (m == 0 || n == 0) return;
-    if (k == 0) {
-        std::fill_n(out, m * n, 0.0f);
-        return;
-    }
-    using operands = typename Model::instruction::operands;
-    if constexpr (reads_tf32<operands>) {
-        // float32 operands read as tf32: lanes over data in range (checked), else the engine.
-        if constexpr (lane_fit<typename Model::instruction, TA, TB>::usable) {
-            if (gemm_lanes<Model>(gemm_operand_tf32<operands>(a), gemm_operand_tf32<operands>(b), true, m, k, n, out))
-                return;
+/// The engine of the inner_product_model units: the integer lanes where lane_fit holds and the
+/// data are in range, the reference engine elsewhere.
+template <InnerProductModel Instruction>
+struct gemm_engine<Instruction> {
+    template <GemmModel Model, class TA, class TB>
+    static void run(const TA* a, const TB* b, std::size_t m, std::size_t k, std::size_t n, float* out)
+    {
+        using operands = typename Instruction::operands;
+        if constexpr (reads_tf32<operands>) {
+            // float32 operands read as tf32: lanes over data in range (checked), else the engine.
+            if constexpr (lane_fit<Instruction, TA, TB>::usable) {
+                if (gemm_lanes<Model>(gemm_operand_tf32<operands>(a), gemm_operand_tf32<operands>(b), true, m, k, n, out))
+                    return;
+            }
+        } else if constexpr (lane_fit<Instruction, TA, TB>::usable) {
+            if (gemm_lanes<Model>(a, b, m, k, n, out)) return;
         }
-    } else if constexpr (lane_fit<typename Model::instruction, TA, TB>::usable) {
-        if (gemm_lanes<Model>(a, b, m, k, n, out)) return;
+        gemm_reference<Model>(operands_for<operands>(a), operands_for<operands>(b), m, k, n, out);
     }
-    gemm_reference<Model>(operands_for<operands>(a), operands_for<operands>(b), m, k, n, out);
-}
 
-/// gemm_into over float32 operands on the grids of TA and TB (a recipe's operands after their
-/// casts): the bits gemm_into gives for the operands stored as TA and TB.
-template <GemmModel Model, class TA, class TB>
-void gemm_into_on_grid(const float* a, const float* b, std::size_t m, std::size_t k, std::size_t n, float* out)
-{
-    static_assert(Model::instruction::template takes<TA, TB>, "the model's instruction does not take these operands");
-    if (m == 0 || n == 0) return;
-    if (k == 0) {
-        std::fill_n(out, m * n, 0.0f);
-        return;
-    }
-    if constexpr (reads_tf32<typename Model::instruction::operands>) {
-        // float32 operands, read as tf32 by the unit itself: gemm_into's path.
-        gemm_into<Model>(a, b, m, k, n, out);
-    } else {
-        using fit = lane_fit<typename Model::instruction, TA, TB>;
-        if constexpr (fit::usable) {
-            constexpr bool check_range = !fit::always_in_range;
-            if (gemm_lanes<Model>(gemm_operand_on_grid<TA, check_range>(a), gemm_operand_on_grid<TB, check_range>(b),
-                                  check_range, m, k, n, out))
-                return;
+    template <GemmModel Model, class TA, class TB>
+    static void run_on_grid(const float* a, const float* b, std::size_t m, std::size_t k, std::size_t n, float* out)
+    {
+        if constexpr (reads_tf32<typename Instruction::operands>) {
+            // float32 operands, read as tf32 by the unit itself: run's path.
+            run<Model>(a, b, m, k, n, out);
+        } else {
+            using fit = lane_fit<Instruction, TA, TB>;
+            if constexpr (fit::usable) {
+                constexpr bool check_range = !fit::always_in_range;
+                if (gemm_lanes<Model>(gemm_operand_on_grid<TA, check_range>(a), gemm_operand_on_grid<TB, check_range>(b),
+                                      check_range, m, k, n, out))
+                    return;
+            }
+            gemm_reference<Model>({a, &read_operands<TA, float>}, {b, &read_operands<TB, float>}, m, k, n, out);
         }
-        gemm_reference<Model>({a, &read_operands<TA, float>}, {b, &read_operands<TB, float>}, m, k, n, out);
     }
-}
+
+    template <GemmModel Model, class TA, class TB>
+    [[nodiscard]] static float one(const TA* a, const TB* b, std::size_t k)
+    {
+        using operands = typename Instruction::operands;
+        std::vector<operand> x(k), y(k);
+        operands_for<operands>(a)(0, k, 1, x.data());
+        operands_for<operands>(b)(0, k, 1, y.data());
+        return chain_reference<Model>(x.data(), y.data(), k);
+    }
+};
 
 template <GemmModel Model, class TA, class TB>
 constexpr void check_operands() noexcept
@@ -625,8 +712,45 @@ constexpr void check_operands() noexcept
     static_assert(Model::instruction::template takes<TA, TB>,
                   "this GEMM model's instruction does not take these operand types (h100_cublaslt_fp8, "
                   "h100_cublaslt_fp8_fast, ada_qmma_chain, b200_qmma_chain: float8_e4m3fn/float8_e5m2 in any "
-                  "pair; the HMMA chains: Eigen::half x Eigen::half or Eigen::bfloat16 x Eigen::bfloat16, "
-                  "v100_hmma_chain Eigen::half only; the tf32 chains: float x float)");
+                  "pair; b200_f8f6f4_chain: those, float6_e2m3fn, float6_e3m2fn, float4_e2m1fn; the HMMA chains: "
+                  "Eigen::half x Eigen::half or Eigen::bfloat16 x Eigen::bfloat16, v100_hmma_chain Eigen::half "
+                  "only; the tf32 chains: float x float; amx_bf16_gemm, avx512_bf16_gemm: Eigen::bfloat16; the "
+                  "CDNA chains: Eigen::half, Eigen::bfloat16, and on mi300_mfma_chain float (xf32) and "
+                  "float8_e4m3fnuz/float8_e5m2fnuz)");
+    static_assert(Model::instruction::scale_block == 0,
+                  "a block-scaled GEMM takes its scales: block_gemm<Model>(a, scale_a, b, scale_b), or gemm<Model> "
+                  "of two BlockScaledArrays");
+}
+
+/// out (M x N, row-major) = gemm<Model>(a (M x K), b (K x N)), both row-major and contiguous.
+template <GemmModel Model, class TA, class TB>
+void gemm_into(const TA* a, const TB* b, std::size_t m, std::size_t k, std::size_t n, float* out)
+{
+    check_operands<Model, TA, TB>();
+    if (m == 0 || n == 0) return;
+    if (k == 0) {
+        std::fill_n(out, m * n, 0.0f);
+        return;
+    }
+    gemm_engine<typename Model::instruction>::template run<Model>(a, b, m, k, n, out);
+}
+
+/// gemm_into over float32 operands on the grids of TA and TB (a recipe's operands after their
+/// casts): the bits gemm_into gives for the operands stored as TA and TB.
+template <GemmModel Model, class TA, class TB>
+void gemm_into_on_grid(const float* a, const float* b, std::size_t m, std::size_t k, std::size_t n, float* out)
+{
+    check_operands<Model, TA, TB>();
+    if (m == 0 || n == 0) return;
+    if (k == 0) {
+        std::fill_n(out, m * n, 0.0f);
+        return;
+    }
+    using engine = gemm_engine<typename Model::instruction>;
+    if constexpr (requires { engine::template run_on_grid<Model, TA, TB>(a, b, m, k, n, out); })
+        engine::template run_on_grid<Model, TA, TB>(a, b, m, k, n, out);
+    else
+        gemm_on_grid_as_stored<Model, TA, TB>(a, b, m, k, n, out);
 }
 
 }  // namespace detail
@@ -658,11 +782,7 @@ template <GemmModel Model, class TA, class TB>
         SCALIFY_THROW(shape_error(fmt::format("tensor_core::gemm_dot<{}>: vectors of {} and {} elements", Model::name,
                                               a.size(), b.size())));
     }
-    using operands = typename Model::instruction::operands;
-    std::vector<detail::operand> x(a.size()), y(b.size());
-    detail::operands_for<operands>(a.data())(0, a.size(), 1, x.data());
-    detail::operands_for<operands>(b.data())(0, b.size(), 1, y.data());
-    return detail::chain_reference<Model>(x.data(), y.data(), x.size());
+    return detail::gemm_output<Model>(a.data(), b.data(), a.size());
 }
 
 /// gemm_dot over any contiguous ranges (std::vector, std::array, ...).

@@ -3,10 +3,13 @@
 /// Descriptions of tensor-core arithmetic: one template, inner_product_model<F, P, K, Operands,
 /// Rules, Accumulator>, describes what one matrix instruction computes for one output (the
 /// accumulator plus K products), and gemm_model<Instruction, PromotionInterval> how a GEMM strings
-/// instructions along K. The measured units are tags derived from them (the H100's h100_qgmma,
+/// the instructions of any matrix unit along K (MatrixInstruction: these, and the chained-FMA,
+/// CDNA and block-scaled instructions of amx.hpp, cdna.hpp and blackwell.hpp). The measured units
+/// are tags derived from them (the H100's h100_qgmma,
 /// h100_hmma, h100_cublaslt_fp8, h100_cublaslt_fp8_fast; v100_hmma, a100_hmma, ada_hmma, ada_qmma,
 /// b200_hmma, b200_qmma, the tf32 units a100_tf32 to b200_tf32 and the float16-accumulator units
-/// *_f16acc from public captures), closed by the concepts InnerProductModel and GemmModel.
+/// *_f16acc from public captures), closed by the concepts InnerProductModel, MatrixInstruction and
+/// GemmModel.
 /// docs/tensor_core.md states the rules and how they were measured.
 ///
 ///     struct my_unit : inner_product_model<10, 12, 64, any_pair_of<float8_e4m3fn>> {
@@ -141,6 +144,11 @@ struct inner_product_model {
     /// Whether the instruction multiplies an A of type TA by a B of type TB.
     template <class TA, class TB>
     static constexpr bool takes = Operands::template contains<TA, TB>;
+    /// Products per instruction for operands TA x TB: K for every pair.
+    template <class TA, class TB>
+    static constexpr std::size_t k_for = K;
+    /// Elements per block scale along K: 0, the operands carry no scales.
+    static constexpr std::size_t scale_block = 0;
 };
 
 /// A tag describing one instruction: derived from inner_product_model, with a name.
@@ -305,12 +313,31 @@ struct b200_hmma_f16acc : inner_product_model<25, 11, 16, same_type_of<Eigen::ha
 // ---------------------------------------------------------------------------------------------
 // A GEMM: instructions chained along K
 
-/// How a GEMM consumes K: Instruction::k at a time in increasing k, each instruction's result
-/// the next one's accumulator (a chain). With PromotionInterval = n > 0 the chain restarts from
-/// 0 every n instructions and each partial sum is added to a float32 total with a
-/// round-to-nearest-even add; with 0 one chain runs over all of K. A K that is not a multiple of
-/// Instruction::k ends with a shorter instruction (zero padding: zero products take no part).
-template <InnerProductModel Instruction, std::size_t PromotionInterval>
+/// What a GEMM needs of a matrix instruction, whatever its arithmetic: a name; the operand pairs
+/// it takes (`takes<TA, TB>`); how many products one instruction consumes for a pair
+/// (`k_for<TA, TB>`, with `k` the largest); its accumulator (`accumulator`: C and D, float32 for
+/// every unit a GEMM chains); and its block scales (`scale_block`: elements per scale along K, 0
+/// for none). How one instruction turns C and its products into D is its family's engine (the
+/// tags of inner_product_model here; fma_chain_model in amx.hpp, cdna_mfma_model in cdna.hpp,
+/// block_scaled_model in blackwell.hpp).
+template <class M>
+concept MatrixInstruction = requires {
+    { M::name } -> std::convertible_to<const char*>;
+    { M::template takes<float, float> } -> std::convertible_to<bool>;
+    { M::template k_for<float, float> } -> std::convertible_to<std::size_t>;
+    { M::k } -> std::convertible_to<std::size_t>;
+    { M::scale_block } -> std::convertible_to<std::size_t>;
+    typename M::accumulator;
+};
+
+/// How a GEMM consumes K: Instruction::k_for<TA, TB> products at a time in increasing k, each
+/// instruction's result the next one's accumulator (a chain) from C = +0. With
+/// PromotionInterval = n > 0 the chain restarts from 0 every n instructions and each partial sum is
+/// added to a float32 total with a round-to-nearest-even add; with 0 one chain runs over all of K.
+/// A K that is not a multiple of the instruction's ends with a shorter instruction, zero-padded
+/// (zero products take no part, or count as the unit's rule says). The one GEMM template of every
+/// unit: fma_gemm_model, cdna_gemm_model and block_gemm_model are its one-chain aliases.
+template <MatrixInstruction Instruction, std::size_t PromotionInterval = 0>
 struct gemm_model {
     static_assert(std::same_as<typename Instruction::accumulator, float>,
                   "a GEMM chains float32 accumulators: float16-accumulator instructions run through dot only");
@@ -320,14 +347,14 @@ struct gemm_model {
 
 /// A tag describing a GEMM: derived from gemm_model, with a name.
 template <class M>
-concept GemmModel = std::is_base_of_v<gemm_model<typename M::instruction, M::promotion_interval>, M> &&
-                    InnerProductModel<typename M::instruction> && requires {
+concept GemmModel = MatrixInstruction<typename M::instruction> &&
+                    std::is_base_of_v<gemm_model<typename M::instruction, M::promotion_interval>, M> && requires {
                         { M::name } -> std::convertible_to<const char*>;
                     };
 
 /// A GEMM model whose instruction takes TA x TB.
 template <class M, class TA, class TB>
-concept GemmModelFor = GemmModel<M> && InnerProductModelFor<typename M::instruction, TA, TB>;
+concept GemmModelFor = GemmModel<M> && M::instruction::template takes<TA, TB>;
 
 /// cuBLASLt's FP8 GEMM on the H100 with its default accumulation (torch._scaled_mm,
 /// use_fast_accum=False): QGMMA chains of 4 instructions (128 of K), each partial added to a
