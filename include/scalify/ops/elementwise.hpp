@@ -70,7 +70,11 @@ template <bool NeedsAmax, class Out, class A, class PA, class B, class PB, class
     xt::xarray<A> a_storage;
     xt::xarray<B> b_storage;
     const A* pa = broadcast_to(a.data(), shape, a_storage).data();
-    const B* pb = broadcast_to(b.data(), shape, b_storage).data();
+    // b read in place where it repeats along leading axes (a bias or a gain row over a batch:
+    // no copy of it over the whole shape), else laid out over the shape.
+    std::size_t period = repeated_block_size(b.data(), shape);
+    const B* pb = period != 0 ? b.data().data() : broadcast_to(b.data(), shape, b_storage).data();
+    if (period == 0) period = element_count(shape);
     const auto ca = make_factor<C>(ka), cb = make_factor<C>(kb);
     request.input_scales[0] = a.scale();
     request.input_scales[1] = b.scale();
@@ -80,13 +84,13 @@ template <bool NeedsAmax, class Out, class A, class PA, class B, class PB, class
     if (ca.low == C(1) && cb.low == C(1)) {
         // The usual case, one multiplication per operand: a loop of its own so it stays lean.
         const C ka_single = ca.high, kb_single = cb.high;
-        return finish_by_rule<NeedsAmax, P, R, C>(op, shape, request, rule, [=](std::size_t i) {
-            return f(ka_single == C(0) ? C(0) : load(pa[i]) * ka_single, kb_single == C(0) ? C(0) : load(pb[i]) * kb_single);
-        });
+        const auto at = [=](std::size_t i, std::size_t j, std::size_t) {
+            return f(ka_single == C(0) ? C(0) : load(pa[i]) * ka_single, kb_single == C(0) ? C(0) : load(pb[j]) * kb_single);
+        };
+        return finish_by_rule<NeedsAmax, P, R, C>(op, shape, request, rule, periodic_source<decltype(at)>{at, period});
     }
-    return finish_by_rule<NeedsAmax, P, R, C>(op, shape, request, rule, [=](std::size_t i) {
-        return f(scaled_load(pa[i], ca), scaled_load(pb[i], cb));
-    });
+    const auto at = [=](std::size_t i, std::size_t j, std::size_t) { return f(scaled_load(pa[i], ca), scaled_load(pb[j], cb)); };
+    return finish_by_rule<NeedsAmax, P, R, C>(op, shape, request, rule, periodic_source<decltype(at)>{at, period});
 }
 
 /// binary_by_rule under Strategy's rule for Op.

@@ -84,6 +84,39 @@ template <ScalePolicy Policy>
     return checked_scale<Policy>(scale, op);
 }
 
+/// An element source over rows of `period` elements: at(i, j, row) gives element i, with j = i mod
+/// period and row = i / period, so that an operand repeated along leading axes (a bias row over a
+/// batch) is read in place with no broadcast copy, and per-row values (a lane's mean) are loop
+/// invariants, in loops that still vectorise (no division per element).
+template <class At>
+struct periodic_source {
+    At at;
+    std::size_t period;
+};
+
+template <class Source>
+inline constexpr bool is_periodic_source_v = false;
+template <class At>
+inline constexpr bool is_periodic_source_v<periodic_source<At>> = true;
+
+/// body(i, source's element i) for i in [begin, end): source(i), or a periodic_source's at.
+template <class Source, class Body>
+[[gnu::always_inline]] inline void for_each_element(const Source& source, std::size_t begin, std::size_t end, Body&& body)
+{
+    if constexpr (is_periodic_source_v<Source>) {
+        if (begin >= end) return;
+        std::size_t i = begin;
+        std::size_t j = begin % source.period;
+        for (std::size_t row = begin / source.period; i < end; ++row) {
+            const std::size_t stop = std::min(end, i + (source.period - j));
+            for (; i < stop; ++i, ++j) body(i, source.at(i, j, row));
+            j = 0;
+        }
+    } else {
+        for (std::size_t i = begin; i < end; ++i) body(i, source(i));
+    }
+}
+
 /// out[i] = store(source(i) x factor) over [begin, end). Out of line on purpose: inside a large
 /// caller (matmul with Eigen's GEMM inlined) GCC stops inlining the element conversion and calls
 /// it per element, several times slower (measured: bfloat16 results, 21 % of a bf16 epoch).
@@ -92,9 +125,9 @@ template <class Out, class C, class Source, class Factor>
 {
     if (factor.low == C(1)) {
         const C k = factor.high;  // the usual case: one multiplication, in a loop of its own
-        for (std::size_t i = begin; i < end; ++i) out[i] = store<Out>(source(i) * k);
+        for_each_element(source, begin, end, [out, k](std::size_t i, C raw) { out[i] = store<Out>(raw * k); });
     } else {
-        for (std::size_t i = begin; i < end; ++i) out[i] = store<Out>(factor.apply(source(i)));
+        for_each_element(source, begin, end, [out, factor](std::size_t i, C raw) { out[i] = store<Out>(factor.apply(raw)); });
     }
 }
 
@@ -127,7 +160,8 @@ inline constexpr bool needs_amax_v = [] {
 }();
 
 /// `rule`'s scale (NeedsAmax: the rule reads request.raw_amax); raw_at(i) gives element i of the
-/// raw result in compute type C (value = raw * request.natural). Evaluates raw_at once per element.
+/// raw result in compute type C (value = raw * request.natural), or raw_at is a periodic_source.
+/// Evaluates raw_at once per element.
 template <bool NeedsAmax, ScalePolicy Policy, ScaledElement Out, class C, class Shape, class RawAt>
 [[nodiscard]] ScaledArray<Out, Policy> finish_by_rule(const char* op, const Shape& shape, scale_request request,
                                                       scale_rule rule, RawAt&& raw_at)
@@ -154,12 +188,12 @@ template <bool NeedsAmax, ScalePolicy Policy, ScaledElement Out, class C, class 
         std::vector<C> range_amax(parallel_range_count(n), C(0));
         parallel_ranges(n, [&](std::size_t range, std::size_t begin, std::size_t end) {
             C amax = C(0);
-            for (std::size_t i = begin; i < end; ++i) {
-                raw[i] = raw_at(i);
-                const C magnitude = std::abs(raw[i]);
+            for_each_element(raw_at, begin, end, [&raw, &amax](std::size_t i, C value) {
+                raw[i] = value;
+                const C magnitude = std::abs(value);
                 // Finite elements only (strategy/non_finite.hpp): NaN never wins, inf is skipped.
                 amax = magnitude > amax && magnitude <= std::numeric_limits<C>::max() ? magnitude : amax;
-            }
+            });
             range_amax[range] = amax;
         });
         C amax = C(0);
@@ -206,23 +240,31 @@ template <class ShapeA, class ShapeB>
     return out;
 }
 
+/// The period of x's data within `shape`'s when x is a block repeated along leading axes (its
+/// shape after dropping leading 1s is a suffix of `shape`: a bias row over a batch, a scalar, or
+/// x itself): x.size(); 0 for any other broadcast.
+template <class T, class Shape>
+[[nodiscard]] std::size_t repeated_block_size(const xt::xarray<T>& x, const Shape& shape) noexcept
+{
+    std::size_t skip = 0;
+    while (skip < x.shape().size() && x.shape()[skip] == 1) ++skip;
+    const std::size_t kept = x.shape().size() - skip;
+    const bool suffix = kept <= shape.size() && std::equal(x.shape().begin() + static_cast<std::ptrdiff_t>(skip), x.shape().end(),
+                                                           shape.end() - static_cast<std::ptrdiff_t>(kept));
+    return suffix ? x.size() : 0;
+}
+
 /// Data of x laid out over `shape` (a copy only when broadcasting is needed).
 template <class T, class Shape>
 [[nodiscard]] const xt::xarray<T>& broadcast_to(const xt::xarray<T>& x, const Shape& shape, xt::xarray<T>& storage)
 {
     if (x.shape().size() == shape.size() && std::equal(x.shape().begin(), x.shape().end(), shape.begin())) return x;
-    // The common case, a bias row over a batch: x's shape (after dropping leading 1s) is a suffix
-    // of `shape`, so the result is x's data repeated; block copies instead of strided assignment.
-    std::size_t skip = 0;
-    while (skip < x.shape().size() && x.shape()[skip] == 1) ++skip;
-    const std::size_t kept = x.shape().size() - skip;
-    if (kept <= shape.size() && std::equal(x.shape().begin() + static_cast<std::ptrdiff_t>(skip), x.shape().end(),
-                                           shape.end() - static_cast<std::ptrdiff_t>(kept))) {
+    // The common case, a bias row over a batch: x's data repeated; block copies instead of
+    // strided assignment.
+    if (const std::size_t block = repeated_block_size(x, shape); block != 0) {
         storage = xt::xarray<T>::from_shape(shape);
-        const std::size_t block = x.size();
         T* out = storage.data();
-        if (block != 0)
-            for (std::size_t at = 0; at < storage.size(); at += block) std::copy_n(x.data(), block, out + at);
+        for (std::size_t at = 0; at < storage.size(); at += block) std::copy_n(x.data(), block, out + at);
         return storage;
     }
     storage = xt::broadcast(x, shape);
