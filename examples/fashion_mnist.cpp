@@ -29,9 +29,10 @@
 // the same parameters and scales.
 //
 // --accumulate picks how the matmuls (forward and backward) accumulate: exact float32 (default),
-// or as a GPU's tensor cores do for each operand pair (v100, a100, ada, h100, h100-fast, b200, amx;
-// h100: cuBLASLt's fp8 partial sums promoted to float32 every 128 products, h100-fast: one fp8
-// chain, use_fast_accum=True; "+tf32" after a GPU with a tf32 unit runs float32 products as tf32);
+// or as a GPU's tensor cores do for each operand pair (v100, a100, ada, h100, h100-fast, b200, amx,
+// b200-f8f6f4, mi100, mi250, mi300; h100: cuBLASLt's fp8 partial sums promoted to float32 every
+// 128 products, h100-fast: one fp8 chain, use_fast_accum=True; b200-f8f6f4: fp8 on tcgen05.mma;
+// "+tf32" after a GPU with a tf32 unit runs float32 products as tf32, as xf32 on the mi300);
 // see docs/tensor_core.md, "matmul's accumulation model".
 //
 // --loss-weight W multiplies the loss by W and divides the learning rate by W: the same training

@@ -53,8 +53,8 @@ inline const precision_mode& find_mode(std::string_view name, std::span<const pr
 }
 
 /// --accumulate's value (tensor_core::parse_accumulation: exact, v100, a100, ada, h100, h100-fast,
-/// b200, amx, and +tf32 after a GPU with a tf32 unit), checked when the flag is read, before any
-/// data loads; std::runtime_error naming every choice otherwise.
+/// b200, amx, b200-f8f6f4, mi100, mi250, mi300, and +tf32 after a GPU with a tf32 unit), checked
+/// when the flag is read, before any data loads; std::runtime_error naming every choice otherwise.
 inline scalify::tensor_core::accumulation_choice parse_accumulate(std::string_view text)
 {
     try {

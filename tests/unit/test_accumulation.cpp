@@ -49,7 +49,8 @@ xt::xarray<float> as_float(const xt::xarray<T>& x)
 /// Under `choice`, matmul of TA x TB data (M x K x N, two shapes) has the bits of gemm<Model>
 /// (Model void: of the exact product), and differs from the exact product on the larger shape
 /// where `differs` (b200's fp8 unit rounds each block's exact sum once: these sums are exact).
-/// Float32-valued models (tf32) multiply the operands' float values.
+/// Float32-valued models (tf32, xf32) multiply the operands' float values where they do not take
+/// the operands' own types.
 template <class Model, class TA, class TB>
 void expect_gemm(const char* choice, unsigned seed, bool differs = true)
 {
@@ -64,7 +65,7 @@ void expect_gemm(const char* choice, unsigned seed, bool differs = true)
         if constexpr (std::is_void_v<Model>) {
             CHECK(same_bits(product.data(), exact));
         } else {
-            if constexpr (std::same_as<typename Model::instruction::operands, tc::tf32_operands<>>) {
+            if constexpr (!Model::instruction::template takes<TA, TB>) {
                 CHECK(same_bits(product.data(), tc::gemm<Model>(as_float(a.data()), as_float(b.data()))));
             } else {
                 CHECK(same_bits(product.data(), tc::gemm<Model>(a.data(), b.data())));
@@ -125,6 +126,31 @@ TEST_CASE("each GPU's accumulation runs its GEMM model per operand pair, exact w
         expect_gemm<tc::amx_bf16_gemm, bf16, bf16>("amx", 22);
         expect_gemm<void, f16, f16>("amx", 23);
         expect_gemm<void, e4m3, e4m3>("amx", 24);
+    }
+    SECTION("b200-f8f6f4: fp8 on tcgen05 kind::f8f6f4, the rest as b200")
+    {
+        expect_gemm<tc::b200_f8f6f4_chain, e4m3, e5m2>("b200-f8f6f4", 60);
+        expect_gemm<tc::b200_hmma_chain, bf16, bf16>("b200-f8f6f4", 61);
+        expect_gemm<tc::b200_tf32_chain, float, float>("b200-f8f6f4+tf32", 62);
+        expect_gemm<void, float, float>("b200-f8f6f4", 63);
+    }
+    SECTION("mi100, mi250: f16 and bf16 only")
+    {
+        expect_gemm<tc::mi100_mfma_chain, f16, f16>("mi100", 64);
+        expect_gemm<tc::mi100_mfma_chain, bf16, bf16>("mi100", 65);
+        expect_gemm<void, e4m3, e4m3>("mi100", 66);
+        expect_gemm<tc::mi250_mfma_chain, f16, f16>("mi250", 67);
+        expect_gemm<tc::mi250_mfma_chain, bf16, bf16>("mi250", 68);
+        expect_gemm<void, float, float>("mi250", 69);
+    }
+    SECTION("mi300: f16, bf16; xf32 when asked for; OCP fp8 stays exact (its fp8 units take fnuz)")
+    {
+        expect_gemm<tc::mi300_mfma_chain, f16, f16>("mi300", 70);
+        expect_gemm<tc::mi300_mfma_chain, bf16, bf16>("mi300", 71);
+        expect_gemm<void, float, float>("mi300", 72);
+        expect_gemm<void, e4m3, e5m2>("mi300", 73);
+        expect_gemm<tc::mi300_mfma_chain, float, float>("mi300+tf32", 74);
+        expect_gemm<tc::mi300_mfma_chain, e4m3, f16>("mi300+tf32", 75);
     }
     SECTION("mixed pairs: exact, or tf32 of their float values when asked for")
     {
@@ -216,6 +242,11 @@ TEST_CASE("accumulation scopes of every GPU nest and restore", "[tensor_core][ac
             } catch (const std::runtime_error&) {
             }
             CHECK(to_string(tc::current_accumulation_choice()) == "b200+tf32");
+            {
+                const tc::accumulation_scope<> amd("mi250");
+                CHECK(tc::current_gemm_name(dtype::bfloat16, dtype::bfloat16) == "mi250_mfma_chain");
+                CHECK(tc::current_gemm_name(dtype::float32, dtype::float32) == "exact");
+            }
         }
         CHECK(tc::current_accumulation_choice() == tc::accumulation_choice{tc::accumulation::a100});
     }
@@ -235,6 +266,11 @@ TEST_CASE("accumulation spellings: every GPU, +tf32 where it has the unit, a mes
     }
     CHECK(!tc::accumulation_has_tf32(tc::accumulation::v100));
     CHECK(!tc::accumulation_has_tf32(tc::accumulation::amx));
+    CHECK(!tc::accumulation_has_tf32(tc::accumulation::mi250));
+    CHECK(tc::accumulation_has_tf32(tc::accumulation::mi300));
+    CHECK(tc::parse_accumulation("mi300+tf32") == tc::accumulation_choice{tc::accumulation::mi300, true});
+    CHECK(tc::to_string(tc::accumulation::b200_f8f6f4) == "b200-f8f6f4");
+    CHECK_THROWS_WITH(tc::parse_accumulation("mi400"), Catch::Contains("b200-f8f6f4, mi100, mi250, mi300"));
     for (const char* bad : {"H100", "a100-tf32", "tf32", "+tf32", "a100+", "b100", ""}) {
         INFO(bad);
         CHECK_THROWS_AS(tc::parse_accumulation(bad), config_error);
@@ -249,6 +285,8 @@ TEST_CASE("the examples' --accumulate takes every spelling and names the choices
 {
     CHECK(examples::parse_accumulate("b200+tf32") == tc::accumulation_choice{tc::accumulation::b200, true});
     CHECK(examples::parse_accumulate("amx") == tc::accumulation_choice{tc::accumulation::amx});
+    CHECK(examples::parse_accumulate("mi300") == tc::accumulation_choice{tc::accumulation::mi300});
+    CHECK(examples::parse_accumulate("b200-f8f6f4") == tc::accumulation_choice{tc::accumulation::b200_f8f6f4});
     CHECK_THROWS_AS(examples::parse_accumulate("h200"), std::runtime_error);
     CHECK_THROWS_WITH(examples::parse_accumulate("h200"),
                       Catch::Contains("--accumulate") && Catch::Contains("'h200'") && Catch::Contains("h100-fast") &&

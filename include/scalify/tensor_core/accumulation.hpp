@@ -12,7 +12,8 @@
 ///         train_step(...);                                               // forward and backward
 ///     }
 ///     tensor_core::accumulation_scope<> chosen(flag);   // run-time: "exact", "v100", "a100", "ada",
-///                                                       // "h100", "h100-fast", "b200", "amx", and
+///                                                       // "h100", "h100-fast", "b200", "amx",
+///                                                       // "b200-f8f6f4", "mi100", "mi250", "mi300", and
 ///                                                       // "a100+tf32" ... (float32 products as tf32)
 ///
 /// A run-time choice names a GPU (the `accumulation` enum): each operand pair runs the GEMM model
@@ -33,6 +34,7 @@
 
 #include <concepts>
 #include <cstddef>
+#include <iterator>
 #include <string>
 #include <string_view>
 #include <tuple>
@@ -90,37 +92,27 @@ using operand_gemm_t = typename operand_gemm<Model, TA, TB>::type;
 /// The GPUs (and CPU unit) a scope can select; each runs its own GEMM model per operand pair
 /// (accumulation_gemms).
 enum class accumulation {
-    exact,      ///< exact_accumulation for every pair
-    v100,       ///< f16: v100_hmma_chain (no bf16, fp8 or tf32 unit)
-    a100,       ///< f16, bf16: a100_hmma_chain; tf32: a100_tf32_chain (no fp8 unit)
-    ada,        ///< fp8: ada_qmma_chain; f16, bf16: ada_hmma_chain; tf32: ada_tf32_chain
-    h100,       ///< fp8: h100_cublaslt_fp8 (cuBLASLt default: promotion every 128 of K); f16, bf16:
-                ///< h100_hmma_chain; tf32: h100_tf32_chain
-    h100_fast,  ///< the same, fp8 by h100_cublaslt_fp8_fast (use_fast_accum=True: one chain)
-    b200,       ///< fp8: b200_qmma_chain; f16, bf16: b200_hmma_chain; tf32: b200_tf32_chain
-    amx         ///< bf16: amx_bf16_gemm (Intel AMX TDPBF16PS; no f16, fp8 or tf32 model)
+    exact,        ///< exact_accumulation for every pair
+    v100,         ///< f16: v100_hmma_chain (no bf16, fp8 or tf32 unit)
+    a100,         ///< f16, bf16: a100_hmma_chain; tf32: a100_tf32_chain (no fp8 unit)
+    ada,          ///< fp8: ada_qmma_chain; f16, bf16: ada_hmma_chain; tf32: ada_tf32_chain
+    h100,         ///< fp8: h100_cublaslt_fp8 (cuBLASLt default: promotion every 128 of K); f16, bf16:
+                  ///< h100_hmma_chain; tf32: h100_tf32_chain
+    h100_fast,    ///< the same, fp8 by h100_cublaslt_fp8_fast (use_fast_accum=True: one chain)
+    b200,         ///< fp8: b200_qmma_chain (mma.sync); f16, bf16: b200_hmma_chain; tf32: b200_tf32_chain
+    amx,          ///< bf16: amx_bf16_gemm (Intel AMX TDPBF16PS; no f16, fp8 or tf32 model)
+    b200_f8f6f4,  ///< as b200, fp8 by b200_f8f6f4_chain (tcgen05.mma kind::f8f6f4)
+    mi100,        ///< f16, bf16: mi100_mfma_chain (AMD CDNA1; no fp8 or xf32 unit)
+    mi250,        ///< f16, bf16: mi250_mfma_chain (AMD CDNA2, the bf16_1k instructions)
+    mi300         ///< f16, bf16: mi300_mfma_chain (AMD CDNA3); tf32: its xf32 unit. Its fp8 units take
+                  ///< fnuz formats, so e4m3fn/e5m2 products stay exact
 };
 
 /// Every enumerator, in the order messages list them.
-inline constexpr accumulation all_accumulations[] = {accumulation::exact, accumulation::v100, accumulation::a100,
-                                                     accumulation::ada,   accumulation::h100, accumulation::h100_fast,
-                                                     accumulation::b200,  accumulation::amx};
-
-/// The command-line spelling: "exact", "v100", "a100", "ada", "h100", "h100-fast", "b200", "amx".
-[[nodiscard]] constexpr std::string_view to_string(accumulation mode) noexcept
-{
-    switch (mode) {
-    case accumulation::v100: return "v100";
-    case accumulation::a100: return "a100";
-    case accumulation::ada: return "ada";
-    case accumulation::h100: return "h100";
-    case accumulation::h100_fast: return "h100-fast";
-    case accumulation::b200: return "b200";
-    case accumulation::amx: return "amx";
-    case accumulation::exact: break;
-    }
-    return "exact";
-}
+inline constexpr accumulation all_accumulations[] = {
+    accumulation::exact, accumulation::v100, accumulation::a100,        accumulation::ada,
+    accumulation::h100,  accumulation::h100_fast, accumulation::b200,   accumulation::amx,
+    accumulation::b200_f8f6f4, accumulation::mi100, accumulation::mi250, accumulation::mi300};
 
 namespace detail {
 template <class... Models>
@@ -128,48 +120,58 @@ struct gemm_list {};
 }  // namespace detail
 
 /// The GEMM models of a GPU, most specific first: a pair runs the first whose instruction takes
-/// it. `tf32` is the float32 x float32 GEMM (void: none), used only where a scope asks for it.
-/// One line per GPU: a GPU added to `accumulation` adds one here.
+/// it. `tf32` is the float32 x float32 GEMM (void: none), used only where a scope asks for it;
+/// `name` the command-line spelling. One line per GPU: a GPU added to `accumulation` (and
+/// all_accumulations) adds one here, and nothing else.
 template <accumulation Mode>
 struct accumulation_gemms {
     using models = detail::gemm_list<>;
     using tf32 = void;
+    static constexpr std::string_view name = "exact";
 };
-template <>
-struct accumulation_gemms<accumulation::v100> {
-    using models = detail::gemm_list<v100_hmma_chain>;
-    using tf32 = void;
+template <class Tf32, class... Models>
+struct accumulation_gemms_of {
+    using models = detail::gemm_list<Models...>;
+    using tf32 = Tf32;
 };
-template <>
-struct accumulation_gemms<accumulation::a100> {
-    using models = detail::gemm_list<a100_hmma_chain>;
-    using tf32 = a100_tf32_chain;
-};
-template <>
-struct accumulation_gemms<accumulation::ada> {
-    using models = detail::gemm_list<ada_qmma_chain, ada_hmma_chain>;
-    using tf32 = ada_tf32_chain;
-};
-template <>
-struct accumulation_gemms<accumulation::h100> {
-    using models = detail::gemm_list<h100_cublaslt_fp8, h100_hmma_chain>;
-    using tf32 = h100_tf32_chain;
-};
-template <>
-struct accumulation_gemms<accumulation::h100_fast> {
-    using models = detail::gemm_list<h100_cublaslt_fp8_fast, h100_hmma_chain>;
-    using tf32 = h100_tf32_chain;
-};
-template <>
-struct accumulation_gemms<accumulation::b200> {
-    using models = detail::gemm_list<b200_qmma_chain, b200_hmma_chain>;
-    using tf32 = b200_tf32_chain;
-};
-template <>
-struct accumulation_gemms<accumulation::amx> {
-    using models = detail::gemm_list<amx_bf16_gemm>;
-    using tf32 = void;
-};
+// clang-format off
+template <> struct accumulation_gemms<accumulation::v100> : accumulation_gemms_of<void, v100_hmma_chain> { static constexpr std::string_view name = "v100"; };
+template <> struct accumulation_gemms<accumulation::a100> : accumulation_gemms_of<a100_tf32_chain, a100_hmma_chain> { static constexpr std::string_view name = "a100"; };
+template <> struct accumulation_gemms<accumulation::ada> : accumulation_gemms_of<ada_tf32_chain, ada_qmma_chain, ada_hmma_chain> { static constexpr std::string_view name = "ada"; };
+template <> struct accumulation_gemms<accumulation::h100> : accumulation_gemms_of<h100_tf32_chain, h100_cublaslt_fp8, h100_hmma_chain> { static constexpr std::string_view name = "h100"; };
+template <> struct accumulation_gemms<accumulation::h100_fast> : accumulation_gemms_of<h100_tf32_chain, h100_cublaslt_fp8_fast, h100_hmma_chain> { static constexpr std::string_view name = "h100-fast"; };
+template <> struct accumulation_gemms<accumulation::b200> : accumulation_gemms_of<b200_tf32_chain, b200_qmma_chain, b200_hmma_chain> { static constexpr std::string_view name = "b200"; };
+template <> struct accumulation_gemms<accumulation::b200_f8f6f4> : accumulation_gemms_of<b200_tf32_chain, b200_f8f6f4_chain, b200_hmma_chain> { static constexpr std::string_view name = "b200-f8f6f4"; };
+template <> struct accumulation_gemms<accumulation::mi100> : accumulation_gemms_of<void, mi100_mfma_chain> { static constexpr std::string_view name = "mi100"; };
+template <> struct accumulation_gemms<accumulation::mi250> : accumulation_gemms_of<void, mi250_mfma_chain> { static constexpr std::string_view name = "mi250"; };
+template <> struct accumulation_gemms<accumulation::mi300> : accumulation_gemms_of<mi300_mfma_chain, mi300_mfma_chain> { static constexpr std::string_view name = "mi300"; };
+template <> struct accumulation_gemms<accumulation::amx> : accumulation_gemms_of<void, amx_bf16_gemm> { static constexpr std::string_view name = "amx"; };
+// clang-format on
+
+namespace detail {
+/// f.template operator()<M>() for the enumerator M equal to mode (exact where none is).
+template <class F, std::size_t... I>
+[[nodiscard]] constexpr auto visit_accumulation(accumulation mode, const F& f, std::index_sequence<I...>)
+{
+    auto result = f.template operator()<accumulation::exact>();
+    static_cast<void>(((mode == all_accumulations[I] ? (result = f.template operator()<all_accumulations[I]>(), true)
+                                                     : false) ||
+                       ...));
+    return result;
+}
+template <class F>
+[[nodiscard]] constexpr auto visit_accumulation(accumulation mode, const F& f)
+{
+    return visit_accumulation(mode, f, std::make_index_sequence<std::size(all_accumulations)>{});
+}
+}  // namespace detail
+
+/// The command-line spelling: "exact", "v100", "a100", "ada", "h100", "h100-fast", "b200", "amx",
+/// "b200-f8f6f4", "mi100", "mi250", "mi300".
+[[nodiscard]] constexpr std::string_view to_string(accumulation mode) noexcept
+{
+    return detail::visit_accumulation(mode, []<accumulation M>() { return accumulation_gemms<M>::name; });
+}
 
 /// Whether Mode's GPU has a tf32 unit (so that "+tf32" may follow its name).
 template <accumulation Mode>
@@ -177,17 +179,7 @@ inline constexpr bool has_tf32 = !std::is_void_v<typename accumulation_gemms<Mod
 
 [[nodiscard]] constexpr bool accumulation_has_tf32(accumulation mode) noexcept
 {
-    switch (mode) {
-    case accumulation::v100: return has_tf32<accumulation::v100>;
-    case accumulation::a100: return has_tf32<accumulation::a100>;
-    case accumulation::ada: return has_tf32<accumulation::ada>;
-    case accumulation::h100: return has_tf32<accumulation::h100>;
-    case accumulation::h100_fast: return has_tf32<accumulation::h100_fast>;
-    case accumulation::b200: return has_tf32<accumulation::b200>;
-    case accumulation::amx: return has_tf32<accumulation::amx>;
-    case accumulation::exact: break;
-    }
-    return false;
+    return detail::visit_accumulation(mode, []<accumulation M>() { return has_tf32<M>; });
 }
 
 /// A run-time choice: a GPU, and whether its float32 products run on its tf32 unit. tf32 is off
@@ -339,7 +331,9 @@ template <accumulation Mode, bool Tf32>
             const auto cell = [&]<std::size_t B>(std::integral_constant<std::size_t, B>) {
                 using TA = dtype_type<A>;
                 using TB = dtype_type<B>;
-                using M = typename first_taking<TA, TB, typename accumulation_gemms<Mode>::models>::type;
+                // float32 x float32 runs only on a tf32 unit asked for (MI300's chain takes it as xf32).
+                using M = std::conditional_t<std::same_as<TA, float> && std::same_as<TB, float>, void,
+                                             typename first_taking<TA, TB, typename accumulation_gemms<Mode>::models>::type>;
                 if constexpr (!std::is_void_v<M>) table.pairs[A][B] = pair_gemm_of<M, TA, TB>();
                 else table.pairs[A][B] = pair_gemm_of<tf32, float, float>();
             };
@@ -365,17 +359,10 @@ template <class = void>
         }
         return &gemm_table_of<Mode, false>;
     };
-    switch (choice.mode) {
-    case accumulation::v100: return pick.template operator()<accumulation::v100>();
-    case accumulation::a100: return pick.template operator()<accumulation::a100>();
-    case accumulation::ada: return pick.template operator()<accumulation::ada>();
-    case accumulation::h100: return pick.template operator()<accumulation::h100>();
-    case accumulation::h100_fast: return pick.template operator()<accumulation::h100_fast>();
-    case accumulation::b200: return pick.template operator()<accumulation::b200>();
-    case accumulation::amx: return pick.template operator()<accumulation::amx>();
-    case accumulation::exact: break;
-    }
-    return nullptr;
+    return visit_accumulation(choice.mode, [&]<accumulation M>() -> const gemm_table* {
+        if constexpr (M == accumulation::exact) return nullptr;
+        else return pick.template operator()<M>();
+    });
 }
 #ifdef SCALIFY_SEPARATE_COMPILATION  // scalify::compiled holds it (detail/compiled_instances.hpp)
 extern template const gemm_table* gemm_table_for<void>(accumulation_choice) noexcept;
