@@ -305,3 +305,19 @@ TEST_CASE("matmul takes the AMX GEMM models per call", "[tensor_core][matmul][ac
     const auto y = random_operand<f16>({70, 4}, 53, 1.0f);
     CHECK(same_bits(matmul<natural_scaling, float>(x, y, tc::amx_bf16_gemm{}).data(), matmul<natural_scaling, float>(x, y).data()));
 }
+
+TEST_CASE("matmul takes the CDNA GEMM models per call", "[tensor_core][matmul][accumulation]")
+{
+    const auto a = random_operand<f16>({5, 70}, 54, 1.0f);
+    const auto b = random_operand<f16>({70, 4}, 55, 1.0f);
+    CHECK(same_bits(matmul<natural_scaling, float>(a, b, tc::mi300_mfma_chain{}).data(),
+                    tc::gemm<tc::mi300_mfma_chain>(a.data(), b.data())));
+    const auto x = random_operand<bf16>({5, 70}, 56, 1.0f);
+    const auto y = random_operand<bf16>({70, 4}, 57, 1.0f);
+    CHECK(same_bits(matmul<natural_scaling, float>(x, y, tc::mi250_mfma_chain{}).data(),
+                    tc::gemm<tc::mi250_mfma_chain>(x.data(), y.data())));
+    // OCP fp8: no CDNA3 unit takes it; exact.
+    const auto p = random_operand<e4m3>({5, 70}, 58, 1.0f);
+    const auto q = random_operand<e4m3>({70, 4}, 59, 1.0f);
+    CHECK(same_bits(matmul<natural_scaling, float>(p, q, tc::mi300_mfma_chain{}).data(), matmul<natural_scaling, float>(p, q).data()));
+}
