@@ -411,8 +411,8 @@ template <class T, class P, class S>
 [[nodiscard]] var<T, P, S> reshape(const var<T, P, S>& x, std::vector<std::size_t> shape)
 {
     return detail::record_op<S>("reshape", scalify::reshape(x.value(), std::move(shape)), std::tuple{x},
-                                [](const auto& g, const auto&, const auto& xv) {
-                                    return std::tuple{scalify::reshape_vjp(g, xv.shape())};
+                                [](auto&& g, const auto&, const auto& xv) {
+                                    return std::tuple{scalify::reshape_vjp(std::forward<decltype(g)>(g), xv.shape())};
                                 });
 }
 
@@ -424,13 +424,16 @@ template <class G, class P, class Shape>
 {
     const std::vector<std::size_t> full = shape_vector(shape);
     xt::xarray<G> data = xt::xarray<G>::from_shape(full);
-    std::fill(data.begin(), data.end(), scalify::detail::store<G>(compute_t<G>(0)));
+    const G zero = scalify::detail::store<G>(compute_t<G>(0));
     std::size_t outer = 1, inner = 1;
     for (std::size_t d = 0; d < axis; ++d) outer *= full[d];
     for (std::size_t d = axis + 1; d < full.size(); ++d) inner *= full[d];
-    const std::size_t width = g.shape()[axis] * inner;
-    for (std::size_t o = 0; o < outer; ++o) {
-        std::copy_n(g.data().data() + o * width, width, data.data() + (o * full[axis] + first) * inner);
+    const std::size_t width = g.shape()[axis] * inner, row = full[axis] * inner;
+    for (std::size_t o = 0; o < outer; ++o) {  // each element written once: zeros around g's block
+        G* out = data.data() + o * row;
+        std::fill_n(out, first * inner, zero);
+        std::copy_n(g.data().data() + o * width, width, out + first * inner);
+        std::fill_n(out + first * inner + width, row - first * inner - width, zero);
     }
     return ScaledArray<G, P>(std::move(data), g.scale());
 }

@@ -8,6 +8,7 @@
 ///     auto p = softmax<unit_scaling>(logits, 1);      // data ~ unit RMS for unit-normal logits
 ///     auto lp = log_softmax<unit_scaling>(logits, 1);
 
+#include <scalify/detail/lane_reduce.hpp>
 #include <scalify/detail/parallel.hpp>
 #include <scalify/numeric/math.hpp>
 #include <scalify/ops/elementwise.hpp>
@@ -67,13 +68,9 @@ template <class Op, class Strategy, class Out, class T, class P, class Finish>
     const auto value = [&](std::size_t i) { return bit_select(s == C(0), C(0), load(data[i]) * s); };  // zero scale: zeros
     std::vector<C> raw(a.size());
     lanes.for_each([&](std::size_t base, std::size_t stride) {
-        C top = -std::numeric_limits<C>::infinity();
-        for (std::size_t k = 0; k < lanes.length; ++k) {
-            const C v = value(base + k * stride);
-            top = (top != top || top > v) ? top : v;
-        }
-        C total = 0;
-        for (std::size_t k = 0; k < lanes.length; ++k) total += math::exp(value(base + k * stride) - top);
+        const auto lane_value = [&](std::size_t k) { return value(base + k * stride); };
+        const C top = lane_max<C>(lanes.length, lane_value, -std::numeric_limits<C>::infinity());
+        const C total = lane_sum<C>(lanes.length, [&](std::size_t k) { return math::exp(lane_value(k) - top); });
         const C log_total = std::log(total);
         for (std::size_t k = 0; k < lanes.length; ++k) {
             const std::size_t i = base + k * stride;
@@ -124,8 +121,10 @@ template <class Strategy = default_scaling, class G, class PG, class Y, class PY
     const C sy = static_cast<C>(y.scale());
     std::vector<C> raw(y.size());
     lanes.for_each([&](std::size_t base, std::size_t stride) {
-        C dot = 0;  // sum g y in data units; its value is sg * sy * dot
-        for (std::size_t k = 0; k < lanes.length; ++k) dot += detail::load(pg[base + k * stride]) * detail::load(py[base + k * stride]);
+        // sum g y in data units (its value is sg * sy * dot)
+        const C dot = detail::lane_sum<C>(lanes.length, [&](std::size_t k) {
+            return detail::load(pg[base + k * stride]) * detail::load(py[base + k * stride]);
+        });
         for (std::size_t k = 0; k < lanes.length; ++k) {
             const std::size_t i = base + k * stride;
             raw[i] = detail::load(py[i]) * (detail::load(pg[i]) - sy * dot);  // value: sg sy raw
@@ -154,8 +153,7 @@ template <class Strategy = default_scaling, class G, class PG, class Y, class PY
     const C sy = static_cast<C>(y.scale());
     std::vector<C> raw(y.size());
     lanes.for_each([&](std::size_t base, std::size_t stride) {
-        C total = 0;
-        for (std::size_t k = 0; k < lanes.length; ++k) total += detail::load(pg[base + k * stride]);
+        const C total = detail::lane_sum<C>(lanes.length, [&](std::size_t k) { return detail::load(pg[base + k * stride]); });
         for (std::size_t k = 0; k < lanes.length; ++k) {
             const std::size_t i = base + k * stride;
             const C probability = math::exp(detail::bit_select(sy == C(0), C(0), detail::load(py[i]) * sy));

@@ -16,6 +16,7 @@
 /// term) has natural scale s_g / s_x; unit_scaling's rule keeps (N - 2) / N (layer_norm) or
 /// (N - 1) / N (rms_norm) of a unit cotangent's variance (docs/ops.md).
 
+#include <scalify/detail/lane_reduce.hpp>
 #include <scalify/detail/parallel.hpp>
 #include <scalify/error.hpp>
 #include <scalify/numeric/math.hpp>
@@ -49,22 +50,6 @@ template <class T, class P>
     return x.shape()[x.dimension() - 1];
 }
 
-/// The sum of term(i) over i < n in double, in a fixed order that vectorises: eight running
-/// sums (term i into sum i mod 8), then ((s0 + s4) + (s1 + s5)) + ((s2 + s6) + (s3 + s7)). One
-/// running sum, as a plain loop has, is a chain of dependent adds that no compiler may reorder:
-/// it kept layer norm's statistics scalar (9 % of a char_lm step). The same bits on every CPU.
-template <class Term>
-[[nodiscard]] inline double lane_sum(std::size_t n, Term term)
-{
-    double part[8] = {};
-    std::size_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        for (std::size_t l = 0; l < 8; ++l) part[l] += term(i + l);
-    }
-    for (std::size_t l = 0; i < n; ++i, ++l) part[l] += term(i);
-    return ((part[0] + part[4]) + (part[1] + part[5])) + ((part[2] + part[6]) + (part[3] + part[7]));
-}
-
 /// Per lane of the data: the mean (0 unless Centred) and 1 / sqrt(variance + eps / s^2), with
 /// variance the mean square about that mean; sums in double (lane_sum's order). A zero-scale x
 /// is zeros: mean 0 and 1 / sqrt(eps) in the value's units (returned as `zero_scale`).
@@ -87,11 +72,11 @@ struct lane_statistics {
                 const T* row = d + lane * length;
                 double mu = 0.0;
                 if constexpr (Centred) {
-                    if (!zero_scale) mu = lane_sum(length, [row](std::size_t i) { return double(load(row[i])); }) / double(length);
+                    if (!zero_scale) mu = lane_sum<double>(length, [row](std::size_t i) { return double(load(row[i])); }) / double(length);
                 }
                 double squares = 0.0;
                 if (!zero_scale) {
-                    squares = lane_sum(length, [row, mu](std::size_t i) {
+                    squares = lane_sum<double>(length, [row, mu](std::size_t i) {
                         const double centred = double(load(row[i])) - mu;
                         return centred * centred;
                     });
@@ -147,9 +132,9 @@ template <class Op, bool Centred, class Strategy, class Out, class G, class PG, 
             const double mu = stats.mean[lane], inverse = stats.inverse_sigma[lane];
             const bool zero = stats.zero_scale;  // y = 0 for a zero-scale x, whatever its data hold
             const auto y_at = [=](std::size_t i) { return bit_select(zero, 0.0, (double(load(row[i])) - mu) * inverse); };
-            const double g_mean = Centred ? lane_sum(length, [g_row](std::size_t i) { return double(load(g_row[i])); }) / double(length)
+            const double g_mean = Centred ? lane_sum<double>(length, [g_row](std::size_t i) { return double(load(g_row[i])); }) / double(length)
                                           : 0.0;
-            const double gy_mean = lane_sum(length, [=](std::size_t i) { return double(load(g_row[i])) * y_at(i); }) / double(length);
+            const double gy_mean = lane_sum<double>(length, [=](std::size_t i) { return double(load(g_row[i])) * y_at(i); }) / double(length);
             for (std::size_t i = 0; i < length; ++i) {
                 raw[base + i] = static_cast<C>((double(load(g_row[i])) - g_mean - y_at(i) * gy_mean) * inverse);
             }

@@ -155,6 +155,20 @@ template <class T, class P>
     return ScaledArray<T, P>(std::move(data), a.scale());
 }
 
+/// reshape of an array the caller gives up: its memory, no copy (the backward pass's cotangents).
+template <class T, class P>
+[[nodiscard]] ScaledArray<T, P> reshape(ScaledArray<T, P>&& a, std::vector<std::size_t> shape)
+{
+    if (detail::element_count(shape) != a.size()) {
+        SCALIFY_THROW(shape_error(fmt::format("reshape: cannot reshape {} ({} elements) to {}", shape_string(a.shape()),
+                                              a.size(), shape_string(shape))));
+    }
+    const float scale = a.scale();
+    xt::xarray<T> data = std::move(a).release_data();
+    data.reshape(shape);
+    return ScaledArray<T, P>(std::move(data), scale);
+}
+
 /// Elements [first, last) along `axis`, as a new array. shape_error unless first <= last <= extent.
 template <class T, class P>
 [[nodiscard]] ScaledArray<T, P> slice(const ScaledArray<T, P>& a, std::size_t axis, std::size_t first, std::size_t last)
@@ -270,6 +284,12 @@ template <class G, class P, class Shape>
 [[nodiscard]] ScaledArray<G, P> reshape_vjp(const ScaledArray<G, P>& g, const Shape& shape)
 {
     return reshape(g, std::vector<std::size_t>(shape.begin(), shape.end()));
+}
+/// reshape_vjp of a cotangent the caller gives up: its memory, no copy.
+template <class G, class P, class Shape>
+[[nodiscard]] ScaledArray<G, P> reshape_vjp(ScaledArray<G, P>&& g, const Shape& shape)
+{
+    return reshape(std::move(g), std::vector<std::size_t>(shape.begin(), shape.end()));
 }
 
 /// y = concatenate(parts, axis), given each part's extent along `axis`: g cut back into the
