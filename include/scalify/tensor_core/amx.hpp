@@ -70,17 +70,9 @@ enum class fma_chain_order {
 /// An instruction of chained float32 FMAs (DAZ on inputs, FTZ on every result, round to nearest
 /// even): K products at most per call, in pairs, ordered as Order says.
 template <std::size_t K, class Operands, fma_chain_order Order>
-struct fma_chain_model {
+struct fma_chain_model : instruction_of<Operands, K> {
     static_assert(K >= 2 && K % 2 == 0 && K <= 4096, "K must be an even number of products in [2, 4096]");
-    static constexpr std::size_t k = K;
-    using operands = Operands;
     static constexpr fma_chain_order order = Order;
-    using accumulator = float;
-    template <class TA, class TB>
-    static constexpr bool takes = Operands::template contains<TA, TB>;
-    template <class TA, class TB>
-    static constexpr std::size_t k_for = K;
-    static constexpr std::size_t scale_block = 0;
 };
 
 /// A tag describing one chained-FMA instruction: derived from fma_chain_model, with a name.

@@ -122,27 +122,19 @@ using scale_type_of = std::conditional_t<S == scale_format::ue8m0, float8_e8m0fn
 /// with B = ScaleBlock, K products, F alignment bits, results cut toward zero to 24 bits.
 template <int AlignmentBits, std::size_t K, std::size_t ScaleBlock, class Operands, scale_format Scale, block_adder Adder,
           std::size_t Group = 16, class Rules = block_rules<>>
-struct block_scaled_model {
+struct block_scaled_model : instruction_of<Operands, K, float, ScaleBlock> {
     static_assert(AlignmentBits >= 0 && AlignmentBits <= 40, "F (AlignmentBits) must lie in [0, 40]");
     static_assert(K >= 1 && K <= 256 && ScaleBlock >= 1 && K % ScaleBlock == 0, "K must be a multiple of the scale block");
     static_assert(Adder == block_adder::fused || (Group >= 1 && K % Group == 0 && ScaleBlock % Group == 0),
                   "a two-level unit's groups divide its scale blocks");
     static constexpr int alignment_bits = AlignmentBits;
-    static constexpr std::size_t k = K;
-    static constexpr std::size_t scale_block = ScaleBlock;
     static constexpr std::size_t scales = K / ScaleBlock;  ///< scales per operand per instruction
     static constexpr scale_format scale = Scale;
     static constexpr block_adder adder = Adder;
     static constexpr std::size_t group = Adder == block_adder::fused ? 1 : Group;  ///< products per first-level sum
     static constexpr std::size_t group_parameter = Group;
-    using operands = Operands;
     using rules = Rules;
     using scale_type = detail::scale_type_of<Scale>;
-    using accumulator = float;
-    template <class TA, class TB>
-    static constexpr bool takes = Operands::template contains<TA, TB>;
-    template <class TA, class TB>
-    static constexpr std::size_t k_for = K;
 };
 
 /// A tag describing a block-scaled instruction: derived from block_scaled_model, with a name.

@@ -114,6 +114,24 @@ inline constexpr int accumulator_bits = std::same_as<T, float> ? 24 : 11;
 // ---------------------------------------------------------------------------------------------
 // One instruction
 
+/// What every instruction of K products over an operand set provides to a GEMM (MatrixInstruction,
+/// below): the family templates derive from it (inner_product_model here, fma_chain_model and
+/// block_scaled_model in amx.hpp and blackwell.hpp).
+/// \tparam ScaleBlock elements per block scale along K (0: the operands carry no scales)
+template <class Operands, std::size_t K, class Accumulator = float, std::size_t ScaleBlock = 0>
+struct instruction_of {
+    static constexpr std::size_t k = K;
+    using operands = Operands;
+    using accumulator = Accumulator;
+    static constexpr std::size_t scale_block = ScaleBlock;
+    /// Whether the instruction multiplies an A of type TA by a B of type TB.
+    template <class TA, class TB>
+    static constexpr bool takes = Operands::template contains<TA, TB>;
+    /// Products per instruction for operands TA x TB: K for every pair.
+    template <class TA, class TB>
+    static constexpr std::size_t k_for = K;
+};
+
 /// One matrix instruction, as seen by one output: D = C + sum of K products a[k]*b[k].
 /// Every product is exact; the accumulator C and the products are aligned to the largest
 /// exponent emax among them, cut to a multiple of 2^(emax - F), summed exactly, and the sum is
@@ -129,7 +147,7 @@ inline constexpr int accumulator_bits = std::same_as<T, float> ? 24 : 11;
 ///         runs through dot only, not in GEMMs)
 template <int AlignmentBits, int ResultBits, std::size_t K, class Operands, class Rules = h100_rules,
           class Accumulator = float>
-struct inner_product_model {
+struct inner_product_model : instruction_of<Operands, K, Accumulator> {
     static_assert(detail::accumulator_type<Accumulator>, "the accumulator is float (float32) or Eigen::half (float16)");
     static_assert(AlignmentBits >= 0 && AlignmentBits <= 40, "F (AlignmentBits) must lie in [0, 40]");
     static_assert(ResultBits >= 1 && ResultBits <= detail::accumulator_bits<Accumulator>,
@@ -137,18 +155,7 @@ struct inner_product_model {
     static_assert(K >= 1 && K <= 4096, "K must lie in [1, 4096]");
     static constexpr int alignment_bits = AlignmentBits;
     static constexpr int result_bits = ResultBits;
-    static constexpr std::size_t k = K;
-    using operands = Operands;
     using rules = Rules;
-    using accumulator = Accumulator;
-    /// Whether the instruction multiplies an A of type TA by a B of type TB.
-    template <class TA, class TB>
-    static constexpr bool takes = Operands::template contains<TA, TB>;
-    /// Products per instruction for operands TA x TB: K for every pair.
-    template <class TA, class TB>
-    static constexpr std::size_t k_for = K;
-    /// Elements per block scale along K: 0, the operands carry no scales.
-    static constexpr std::size_t scale_block = 0;
 };
 
 /// A tag describing one instruction: derived from inner_product_model, with a name.
