@@ -186,6 +186,17 @@ void exercise(reader& in)
         guarded([&] { check_result(mul(a, static_cast<double>(in.any_float()))); });
         guarded([&] { check_result(transpose(a)); });
         guarded([&] { check_result(reshape(a, {in.byte() % 7u})); });
+        guarded([&] {  // the rvalue form (moves the data) gives what the copying form gives
+            const std::vector<std::size_t> shape{in.byte() % 7u};
+            auto moved = reshape(ScaledArray(a), shape);
+            const auto copied = reshape(a, shape);
+            check_result(moved);
+            if (moved.shape() != copied.shape() || moved.scale() != copied.scale() ||
+                (copied.size() != 0 &&
+                 std::memcmp(moved.data().data(), copied.data().data(), copied.size() * sizeof(*copied.data().data())) != 0)) {
+                std::abort();
+            }
+        });
         guarded([&] { check_result(slice(a, in.byte() % 3, in.byte() % 5, in.byte() % 6)); });
         guarded([&] { check_result(concatenate({a, b}, in.byte() % 3)); });
         guarded([&] { check_result(dynamic_rescale_l2(a)); });
