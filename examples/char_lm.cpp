@@ -13,11 +13,14 @@
 //
 //   char_lm --mode M --steps N --seed S [--layers L --d-model D --heads H --context T --batch B]
 //           [--learning-rate LR] [--eval-every N] [--eval-batches N] [--sample-chars N]
-//           [--data DIR] [--max-val-bpc X] [--inspect[=FILE.csv]]
+//           [--data DIR] [--max-val-bpc X] [--accumulate GPU] [--inspect[=FILE.csv]]
 //
 // Prints the train and validation loss in bits per character every --eval-every steps, a few
 // sampled lines at the end, and then `summary mode=<m> steps=<N> val_bpc=<x>`. --max-val-bpc
 // makes the exit status 1 when the final validation loss is above X (the ctest check).
+// --accumulate GPU runs every matmul (forward, backward, the attention's products) as that GPU's
+// tensor cores accumulate (tensor_core::parse_accumulation's names, as fashion_mnist takes them;
+// docs/tensor_core.md, "matmul's accumulation model"); exact float32 by default.
 // --inspect prints, instead of training, the report of the first step under the mode
 // (ad::inspect, docs/inspect.md): every op's output and cotangent and the matmul casts the mode
 // makes; =FILE.csv also writes it as CSV.
@@ -168,6 +171,7 @@ struct options {
     std::size_t sample_chars = 320;
     std::string data = char_lm::default_dir;
     double max_val_bpc = 0.0;  ///< 0: no check
+    std::string accumulate = "exact";  ///< --accumulate: the GPU whose tensor cores the matmuls model
     bool inspect = false;      ///< --inspect: report the first step instead of training
     std::string inspect_csv;   ///< --inspect=FILE: also write the report there as CSV
 };
@@ -258,6 +262,7 @@ int train(const options& opt, const mode& md)
                train_tokens.size(), validation_tokens.size(), text.vocabulary(), c.layers, c.d_model, c.heads, c.context, c.batch);
     model m = initial_model(c, text.vocabulary(), opt.seed, md.unit_scaled);
     const ad::matmul_precision_scope recipe(md.forward, md.gradient, md.scaling);
+    const tensor_core::accumulation_scope<> accumulation(opt.accumulate);
     ad::adam outeroptimizer({.learning_rate = opt.learning_rate, .beta2 = 0.99, .weight_decay = 0.01});
     ad::adam blocks_optimizer(outeroptimizer.options());
     std::mt19937_64 rng(opt.seed + 1);
@@ -320,7 +325,8 @@ int train(const options& opt, const mode& md)
         std::mt19937_64 sample_rng(opt.seed + 2);
         fmt::print("samples (temperature 0.8):\n{}\n", sample_text<Strategy>(m, text, "\n\n", opt.sample_chars, c, sample_rng));
     }
-    fmt::print("summary mode={} steps={} val_bpc={:.4f}\n", md.name, opt.steps, val_bpc);
+    fmt::print("summary mode={} steps={} val_bpc={:.4f}{}\n", md.name, opt.steps, val_bpc,
+               opt.accumulate == "exact" ? "" : " accumulate=" + opt.accumulate);
     if (opt.max_val_bpc > 0.0 && !(val_bpc <= opt.max_val_bpc)) {
         fmt::print("validation loss {:.4f} bits per character is above the required {:.4f}\n", val_bpc, opt.max_val_bpc);
         return 1;
@@ -367,6 +373,7 @@ int main(int argc, char** argv)
             else if (flag == "--sample-chars") opt.sample_chars = static_cast<std::size_t>(std::stoull(value));
             else if (flag == "--data") opt.data = value;
             else if (flag == "--max-val-bpc") opt.max_val_bpc = std::stod(value);
+            else if (flag == "--accumulate") opt.accumulate = to_string(examples::parse_accumulate(value));
             else throw std::runtime_error("unknown option " + flag);
         }
         if (opt.shape.d_model % opt.shape.heads != 0) {
