@@ -14,7 +14,8 @@
 ///
 /// Speed: under the H100 rules (fp8 pairs, f16, and bf16 or tf32 data whose exponents keep every
 /// result in float32's normal range), each aligned term is trunc(a * b * 2^(F - emax)), exact in float
-/// lanes, summed in int32 lanes: every step runs across 32 outputs at once in plain float and
+/// lanes, summed in int32 lanes (runs of them in int64 where K terms need more than 31 bits, as
+/// b200_f8f6f4's do): every step runs across 32 outputs at once in plain float and
 /// int32 vector code (SSE2, AVX2 and AVX-512 alike); outputs are shared among OpenMP threads when
 /// the including program is compiled with OpenMP (as Eigen's GEMM does), otherwise one thread.
 /// Everything else (other rules, bf16 or tf32 data out of that range, the outputs a NaN or inf code
@@ -127,13 +128,14 @@ void gemm_on_grid_as_stored(const float* a, const float* b, std::size_t m, std::
 
 /// The lanes' skeleton of the engines whose lanes may leave outputs unsure: tasks of one row of A
 /// by one block of W columns, shared among threads; lanes(i, block, lane_out) computes W outputs
-/// and returns a mask of those to take from exact(i, j) instead.
+/// and returns a mask of those to take from exact(i, j) instead. Consecutive tasks take the rows
+/// of one block in turn, so that block's panel (K rows of W) stays in cache.
 template <std::size_t W, class Lanes, class Exact>
 void lane_tasks(std::size_t m, std::size_t n, float* out, const Lanes& lanes, const Exact& exact)
 {
     const std::size_t blocks = (n + W - 1) / W;
     scalify::detail::parallel_for(m * blocks, [=, &lanes, &exact](std::size_t task) {
-        const std::size_t i = task / blocks, block = task % blocks, j0 = block * W, width = std::min(W, n - j0);
+        const std::size_t i = task % m, block = task / m, j0 = block * W, width = std::min(W, n - j0);
         float lane_out[W];
         const std::uint32_t unsure = lanes(i, block, lane_out);
         for (std::size_t j = 0; j < width; ++j) out[i * n + j0 + j] = (unsure >> j) & 1u ? exact(i, j0 + j) : lane_out[j];
@@ -236,12 +238,19 @@ struct lane_plan {
     static constexpr wide_bits result_mask = ~((wide_bits{1} << (wide_mantissa + 1 - P)) - 1);
     /// Clears the bits of a normal float below its min(P, F + 1)-th significant bit.
     static constexpr std::uint32_t accumulator_mask = ~((std::uint32_t{1} << (24 - std::min(P, F + 1))) - 1);
+    /// How many terms (each below 2^(F + 2) units) one int32 sum holds. Where K needs more
+    /// (b200_f8f6f4: 32 terms below 2^27), runs of that many are summed in int32 lanes and the
+    /// runs' sums in int64 lanes: the inner loop stays int32.
+    static constexpr std::size_t int32_run =
+        F + 2 <= 31 ? static_cast<std::size_t>(std::uint64_t{INT32_MAX} / ((std::uint64_t{1} << (F + 2)) - 1)) : 0;
+    static constexpr bool sum_in_int32 = int32_run >= K;
+    using lane_sum = std::conditional_t<sum_in_int32, std::int32_t, std::int64_t>;
 };
 
 /// Whether Instruction's chains over TA x TB run in lanes (lane_plan) and compute exactly what
 /// inner_product does: the rules are the H100's (every cut toward zero, nominal exponents);
-/// products need no right shift at emax; K terms (each below 2^(F + 2) units) sum in int32 and the
-/// whole exact sum fits `wide` (`usable`); and the data keep operands, products and results within
+/// products need no right shift at emax; each term (below 2^(F + 2) units) fits int32, and the
+/// whole exact sum fits `wide` (`usable`; lane_plan::lane_sum holds the K terms' sum); and the data keep operands, products and results within
 /// float32's normal range (lane_plan::in_range). `always_in_range` says the formats guarantee it
 /// (fp8, f16); otherwise (bf16) the data's exponents are checked at run time and out-of-range data
 /// run the reference engine.
@@ -257,8 +266,7 @@ struct lane_fit {
         fa::mantissa_bits + fb::mantissa_bits + 2 <= 24 && fa::smallest_exponent >= -126 && fb::smallest_exponent >= -126 &&
         fa::smallest_exponent - fa::mantissa_bits >= -149 && fb::smallest_exponent - fb::mantissa_bits >= -149 &&
         fa::largest_exponent <= 127 && fb::largest_exponent <= 127;
-    static constexpr bool terms_fit_int32 =
-        plan::F + 2 <= 30 && plan::K * ((std::uint64_t{1} << (plan::F + 2)) - 1) <= std::uint64_t{INT32_MAX};
+    static constexpr bool terms_fit_int32 = plan::F + 2 <= 30;
     static constexpr bool usable = rules::exponent == product_exponent::nominal &&
                                    rules::alignment == rounding_mode::toward_zero &&
                                    rules::normalisation == rounding_mode::toward_zero && product_shift >= 0 &&
@@ -473,7 +481,8 @@ void lane_chain(const float* a_val, const std::int16_t* a_exp, const float* b_va
     constexpr int F = Plan::F;
 
     alignas(64) std::array<float, W> c{}, total{}, scale{}, unscale{};
-    alignas(64) std::array<std::int32_t, W> sum{}, c_aligned{}, e_max{};
+    alignas(64) std::array<typename Plan::lane_sum, W> sum{};
+    alignas(64) std::array<std::int32_t, W> c_aligned{}, e_max{};
     alignas(64) std::array<std::int16_t, W> emax{};
     std::size_t in_group = 0;
     for (std::size_t s = 0; s < k; s += step) {
@@ -500,11 +509,30 @@ void lane_chain(const float* a_val, const std::int16_t* a_exp, const float* b_va
         }
         // Terms, exact as lane_fit says. The first one sets the sum: a loop of sum[j] = 0 would
         // become a memset call.
-        for (std::size_t j = 0; j < W; ++j) sum[j] = static_cast<std::int32_t>(a_val[s] * b_val[s * W + j] * scale[j]);
-        for (std::size_t kk = s + 1; kk < end; ++kk) {
-            const float va = a_val[kk];
-            const float* vb = b_val + kk * W;
-            for (std::size_t j = 0; j < W; ++j) sum[j] += static_cast<std::int32_t>(va * vb[j] * scale[j]);
+        if constexpr (Plan::sum_in_int32) {
+            for (std::size_t j = 0; j < W; ++j) sum[j] = static_cast<std::int32_t>(a_val[s] * b_val[s * W + j] * scale[j]);
+            for (std::size_t kk = s + 1; kk < end; ++kk) {
+                const float va = a_val[kk];
+                const float* vb = b_val + kk * W;
+                for (std::size_t j = 0; j < W; ++j) sum[j] += static_cast<std::int32_t>(va * vb[j] * scale[j]);
+            }
+        } else {
+            // Runs of int32_run terms in int32 lanes, their sums in int64 lanes.
+            alignas(64) std::array<std::int32_t, W> run{};
+            for (std::size_t r = s; r < end; r += Plan::int32_run) {
+                const std::size_t stop = std::min(r + Plan::int32_run, end);
+                for (std::size_t j = 0; j < W; ++j) run[j] = static_cast<std::int32_t>(a_val[r] * b_val[r * W + j] * scale[j]);
+                for (std::size_t kk = r + 1; kk < stop; ++kk) {
+                    const float va = a_val[kk];
+                    const float* vb = b_val + kk * W;
+                    for (std::size_t j = 0; j < W; ++j) run[j] += static_cast<std::int32_t>(va * vb[j] * scale[j]);
+                }
+                if (r == s) {
+                    for (std::size_t j = 0; j < W; ++j) sum[j] = run[j];
+                } else {
+                    for (std::size_t j = 0; j < W; ++j) sum[j] += run[j];
+                }
+            }
         }
         // Normalise: the exact sum converts exactly to `wide`; masking its significand cuts it
         // to P bits toward zero, which a float holds; scaling by 2^(emax - F) is exact. Below
