@@ -2,6 +2,7 @@
 //   gemm<h100_cublaslt_fp8> / <h100_cublaslt_fp8_fast> on 256 x 1024 x 256 e4m3fn codes vs Eigen
 //   sgemm on float copies of the same values (the target: within 10x of the peer);
 //   the HMMA chain on f16 and bf16; b200_f8f6f4, AMX-BF16 and the CDNA units (MI250, MI300);
+//   the B200's block-scaled GEMMs (MXFP8, NVFP4, MXFP4) through block_gemm;
 //   a unit the lanes do not cover, on the reference engine;
 //   scaled fp8 matmul with exact vs H100 accumulation at 512^3.
 // Both sides use the same threads: OpenMP where the build found it (OMP_NUM_THREADS sets the
@@ -11,6 +12,7 @@
 
 #include <benchmark/benchmark.h>
 
+#include <cmath>
 #include <random>
 
 using namespace scalify;
@@ -100,6 +102,37 @@ BENCHMARK(gemm_model<tc::mi300_mfma_chain, Eigen::half>)
     ->Unit(benchmark::kMillisecond);
 BENCHMARK(gemm_model<tc::mi300_mfma_chain, float8_e4m3fnuz>)
     ->Name("gemm_256x1024x256_e4m3fnuz_mi300_mfma_chain")
+    ->Unit(benchmark::kMillisecond);
+
+/// Block-scaled GEMMs (B200 kind::mxf8f6f4 and kind::mxf4nvf4) through block_gemm: the same
+/// values, scales of one binade around 1 (E8M0) or UE4M3 scales in [1, 2).
+template <class Model, class T>
+void block_gemm_model(benchmark::State& state)
+{
+    using I = typename Model::instruction;
+    using S = typename I::scale_type;
+    constexpr std::size_t B = I::scale_block;
+    const auto a = random_codes<T>(m, k, 1);
+    const auto b = random_codes<T>(k, n, 2);
+    std::mt19937 rng(3);
+    auto sa = xt::xarray<S>::from_shape({m, k / B});
+    auto sb = xt::xarray<S>::from_shape({k / B, n});
+    for (auto& x : sa) x = S(std::ldexp(1.0f + static_cast<float>(rng() % 8) / 8, static_cast<int>(rng() % 3) - 1));
+    for (auto& x : sb) x = S(std::ldexp(1.0f + static_cast<float>(rng() % 8) / 8, static_cast<int>(rng() % 3) - 1));
+    for (auto _ : state) {
+        auto c = tc::block_gemm<Model>(a, sa, b, sb);
+        benchmark::DoNotOptimize(c.data());
+    }
+    state.SetItemsProcessed(state.iterations() * flops);
+}
+BENCHMARK(block_gemm_model<tc::b200_mxf8f6f4_chain, float8_e4m3fn>)
+    ->Name("gemm_256x1024x256_e4m3fn_b200_mxf8f6f4_chain")
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK(block_gemm_model<tc::b200_nvfp4_chain, float4_e2m1fn>)
+    ->Name("gemm_256x1024x256_e2m1fn_b200_nvfp4_chain")
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK(block_gemm_model<tc::b200_mxf4_chain, float4_e2m1fn>)
+    ->Name("gemm_256x1024x256_e2m1fn_b200_mxf4_chain")
     ->Unit(benchmark::kMillisecond);
 
 /// A unit the lanes do not cover (round-to-nearest alignment and normalisation): every output on

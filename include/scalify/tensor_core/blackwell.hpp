@@ -36,6 +36,13 @@
 ///     float e = dot<b200_nvfp4>(x, y, c, sx, sy);
 ///     auto z = gemm<b200_mxf8f6f4_chain>(quantize_mx<float8_e4m3fn>(p, 1), quantize_mx<float8_e4m3fn>(q, 0));
 ///
+/// Speed: block_gemm runs each chain in vector lanes (detail::block_lane_chain; 32 outputs at a
+/// time, one row of A against a block of B's columns, tasks shared among OpenMP threads): operands
+/// and products exact in float, each aligned term cut toward zero by a float-to-int conversion,
+/// exact sums in int32/int64, the cut to 24 bits on a double's bits. Outputs whose chain meets a
+/// NaN or inf code, a NaN scale, or a result outside float32's normal range (a subnormal or an
+/// overflow) run the reference engine (block_inner_product_of) instead: the same bits either way.
+///
 /// What is not modelled, or not known: MMA-Sim's figures are its authors' measurements on a B200
 /// through tcgen05.mma, not a capture shared here; fp6 operands (MMA-Sim's TODO) and fp4 operands in
 /// kind::f8f6f4 / mxf8f6f4 follow the same rule by extrapolation; C = inf in kind::mxf4nvf4 (MMA-Sim
@@ -45,6 +52,7 @@
 /// rule from b200_f8f6f4's. docs: the Blackwell section of docs/tensor_core.md.
 
 #include <scalify/block/block_scaled_array.hpp>
+#include <scalify/detail/parallel.hpp>
 #include <scalify/error.hpp>
 #include <scalify/tensor_core/dot.hpp>
 #include <scalify/tensor_core/gemm.hpp>
@@ -56,6 +64,7 @@
 #include <algorithm>
 #include <array>
 #include <bit>
+#include <cmath>
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
@@ -391,6 +400,361 @@ template <BlockScaledModel Model, class ReadA, class ReadB, class ScaleA, class 
     return to_float32<rounding_mode::toward_zero>(magnitude, exponent, negative);
 }
 
+// ---- block-scaled GEMMs in lanes ---------------------------------------------------------------
+
+/// Exponent a zero operand brings to the lanes' largest-exponent search: MMA-Sim's -126, or one
+/// below every real exponent (take_no_part).
+template <BlockScaledModel I>
+inline constexpr int block_zero_exponent = I::rules::zeros == zero_terms::float32_emin ? mmasim_zero_exponent : -4096;
+
+/// Bits of one aligned term of a fused block-scaled unit: below 2^(F + 2) times the scales'
+/// significands (each below 2).
+template <BlockScaledModel I>
+inline constexpr int block_term_bits = I::alignment_bits + 2 + (I::scale == scale_format::ue4m3 ? 2 : 0);
+
+/// Whether I's block-scaled GEMM over TA x TB runs in lanes (block_lane_chain) and computes exactly
+/// what block_inner_product_of does. Operands are floats (exact); the fused adder's products times
+/// both scales' significands are exact in float, and each aligned term trunc(p * 2^(S + F - emax))
+/// (S the scales' exponents) lies below 2^30; the two-level adder's group sums are exact in float,
+/// and so are they times both scales' significands; every chain's exact sum holds in a double.
+template <BlockScaledModel I, class TA, class TB>
+struct block_lane_fit {
+    using fa = lane_format<typename I::operands, TA>;
+    using fb = lane_format<typename I::operands, TB>;
+    static constexpr int F = I::alignment_bits;
+    /// Significant bits of a decoded scale's significand (UE4M3 4, E8M0 1), and the bits a
+    /// product of two gains above 2^(exponents).
+    static constexpr int scale_bits = I::scale == scale_format::ue4m3 ? 4 : 1;
+    static constexpr int scale_growth = scale_bits > 1 ? 2 : 0;
+    static constexpr bool operands_fit_float =
+        fa::mantissa_bits + fb::mantissa_bits + 2 <= 24 && fa::smallest_exponent >= -126 &&
+        fb::smallest_exponent >= -126 && fa::smallest_exponent - fa::mantissa_bits >= -149 &&
+        fb::smallest_exponent - fb::mantissa_bits >= -149 &&
+        fa::largest_exponent + fb::largest_exponent + 2 + scale_growth <= 126;
+    /// Fused: a term, below 2^(F + 2) times the scales' significands, in int32 lanes; the scale
+    /// factor 2^(S + F - emax) at most 2^120 wherever a product is nonzero.
+    static constexpr int term_bits = block_term_bits<I>;
+    static constexpr bool fused_fits = fa::mantissa_bits + fb::mantissa_bits + 2 + 2 * scale_bits <= 24 && term_bits <= 30 &&
+                                       term_bits + static_cast<int>(std::bit_width(I::k + 1)) <= 53 &&
+                                       F - fa::smallest_exponent - fb::smallest_exponent <= 120;
+    /// Two-level: a group's sum spans its products' bits and log2(group) more.
+    static constexpr int group_span = fa::largest_exponent + fb::largest_exponent + 2 -
+                                      (fa::smallest_exponent - fa::mantissa_bits + fb::smallest_exponent - fb::mantissa_bits) +
+                                      static_cast<int>(std::bit_width(I::group));
+    static constexpr int group_term_bits =
+        F + fa::largest_exponent + fb::largest_exponent + 2 + static_cast<int>(std::bit_width(I::group)) + scale_growth;
+    static constexpr bool two_level_fits =
+        group_span + 2 * scale_bits <= 24 &&
+        std::max(group_term_bits, F + 1) + static_cast<int>(std::bit_width(I::k / I::group + 1)) <= 53;
+    static constexpr bool usable = operands_fit_float && (I::adder == block_adder::fused ? fused_fits : two_level_fits);
+};
+
+/// The decoded operands and scales of a block-scaled GEMM, K padded to whole instructions (zero
+/// operands, the last block's scales, as block_gemm pads): A by rows, B in blocks of lane_width
+/// columns (K rows of them); scales as exponent and significand (value / 2^exponent, exact).
+struct block_panels {
+    const float* a_val;
+    const std::int16_t* a_exp;  ///< nominal exponents, block_zero_exponent for a zero
+    const float* b_val;
+    const std::int16_t* b_exp;
+    const std::int32_t* sa_exp;
+    const float* sa_sig;
+    const std::int32_t* sb_exp;
+    const float* sb_sig;
+    std::size_t k;       ///< padded K
+    std::size_t blocks;  ///< scale blocks along the padded K
+};
+
+/// 2^e as a float, e clamped to the normal exponents.
+[[nodiscard]] inline float block_pow2(std::int32_t e) noexcept
+{
+    e = std::min(std::max(e, -126), 127);
+    return std::bit_cast<float>(static_cast<std::uint32_t>(127 + e) << 23);
+}
+
+/// Rows of A taken together by one lane task of block_gemm_into: each block of B is read from L1
+/// once per instruction for all of them.
+inline constexpr std::size_t block_task_rows = 4;
+
+/// Rows [i0, i0 + rows) of A (rows <= block_task_rows) against one block of lane_width columns: I's
+/// whole chain along K, lane by lane, into lane_out (rows x lane_width). masks[r] gets the lanes of
+/// row i0 + r whose result left float32's normal range at some step (a subnormal or infinite
+/// result, which the reference engine gives instead).
+template <BlockScaledModel I>
+void block_lane_chain(const block_panels& p, std::size_t i0, std::size_t rows, std::size_t block, float* lane_out,
+                      std::uint32_t* masks)
+{
+    constexpr std::size_t W = lane_width, K = I::k, B = I::scale_block, R = block_task_rows;
+    constexpr int F = I::alignment_bits;
+    constexpr bool mmasim = I::rules::zeros == zero_terms::float32_emin;
+    constexpr std::int32_t none = -(1 << 20);  // below every exponent that joins
+    const std::size_t kp = p.k;
+    const float* bv = p.b_val + block * kp * W;
+    const std::int16_t* be = p.b_exp + block * kp * W;
+    const std::int32_t* sbe = p.sb_exp + block * p.blocks * W;
+    const float* sbs = p.sb_sig + block * p.blocks * W;
+
+    alignas(64) std::array<std::array<float, W>, R> accumulators{};
+    alignas(64) std::array<std::array<std::int32_t, W>, R> unsures{};
+    alignas(64) std::array<std::int32_t, W> emax{};
+    alignas(64) std::array<std::int64_t, W> sum{};
+    for (std::size_t s = 0; s < kp; s += K) {
+        for (std::size_t r = 0; r < rows; ++r) {
+            const std::size_t i = i0 + r;
+            const float* av = p.a_val + i * kp;
+            const std::int16_t* ae = p.a_exp + i * kp;
+            const std::int32_t* sae = p.sa_exp + i * p.blocks;
+            const float* sas = p.sa_sig + i * p.blocks;
+            std::array<float, W>& c = accumulators[r];
+            std::array<std::int32_t, W>& unsure = unsures[r];
+            // C: zero, or a normal float (lanes that left the range are unsure and run from C = 0).
+            for (std::size_t j = 0; j < W; ++j) {
+                const auto bits = std::bit_cast<std::uint32_t>(c[j]);
+                const auto field = static_cast<std::int32_t>((bits >> 23) & 0xffu);
+                const std::int32_t zero = mmasim ? mmasim_zero_exponent : none;
+                emax[j] = (bits & 0x7fffffffu) == 0 ? zero : std::max(field - 127, mmasim_zero_exponent);
+            }
+            if constexpr (I::adder == block_adder::fused) {
+                constexpr std::size_t Q = K / B;
+                constexpr std::size_t run = static_cast<std::size_t>(std::uint64_t{INT32_MAX} /
+                                                                     ((std::uint64_t{1} << block_term_bits<I>) - 1));
+                static_assert(run >= 1);
+                alignas(64) std::array<std::array<std::int32_t, W>, Q> scale_exp{};
+                for (std::size_t q = 0; q < Q; ++q) {
+                    const std::size_t t0 = s + q * B, blk = t0 / B;
+                    // In int16 lanes (twice as many per vector): the sums of two exponents fit.
+                    alignas(64) std::array<std::int16_t, W> top{};
+                    for (std::size_t j = 0; j < W; ++j) top[j] = static_cast<std::int16_t>(ae[t0] + be[t0 * W + j]);
+                    for (std::size_t t = t0 + 1; t < t0 + B; ++t) {
+                        const std::int16_t a = ae[t];
+                        const std::int16_t* b = be + t * W;
+                        for (std::size_t j = 0; j < W; ++j) top[j] = std::max(top[j], static_cast<std::int16_t>(a + b[j]));
+                    }
+                    for (std::size_t j = 0; j < W; ++j) {
+                        scale_exp[q][j] = sae[blk] + sbe[blk * W + j];
+                        emax[j] = std::max(emax[j], top[j] + scale_exp[q][j]);
+                    }
+                }
+                for (std::size_t q = 0; q < Q; ++q) {
+                    const std::size_t t0 = s + q * B, blk = t0 / B;
+                    // Units of 2^(emax - F): each product times both significands and 2^(S + F - emax),
+                    // exact where the term is 1 or more (block_lane_fit), below 1 otherwise.
+                    alignas(64) std::array<float, W> factor{};
+                    for (std::size_t j = 0; j < W; ++j) {
+                        const std::int32_t e = std::clamp(scale_exp[q][j] + F - emax[j], -126, 120);
+                        factor[j] = std::bit_cast<float>(static_cast<std::uint32_t>(127 + e) << 23) * sas[blk] * sbs[blk * W + j];
+                    }
+                    for (std::size_t u = t0; u < t0 + B; u += run) {
+                        const std::size_t stop = std::min(u + run, t0 + B);
+                        alignas(64) std::array<std::int32_t, W> part{};
+                        for (std::size_t j = 0; j < W; ++j) part[j] = static_cast<std::int32_t>(av[u] * bv[u * W + j] * factor[j]);
+                        for (std::size_t t = u + 1; t < stop; ++t) {
+                            const float a = av[t];
+                            const float* b = bv + t * W;
+                            for (std::size_t j = 0; j < W; ++j) part[j] += static_cast<std::int32_t>(a * b[j] * factor[j]);
+                        }
+                        if (u == s) {
+                            for (std::size_t j = 0; j < W; ++j) sum[j] = part[j];
+                        } else {
+                            for (std::size_t j = 0; j < W; ++j) sum[j] += part[j];
+                        }
+                    }
+                }
+            } else {
+                // Level one: each group's sum, exact in float, times both scales' significands (exact);
+                // it joins the second adder with the scales' exponents (a zero sum too, under MMA-Sim's
+                // convention).
+                constexpr std::size_t G = K / I::group;
+                alignas(64) std::array<std::array<float, W>, G> term{};
+                alignas(64) std::array<std::array<std::int32_t, W>, G> scale_exp{};
+                for (std::size_t g = 0; g < G; ++g) {
+                    const std::size_t t0 = s + g * I::group, blk = t0 / B;
+                    alignas(64) std::array<float, W> group_sum{};
+                    for (std::size_t j = 0; j < W; ++j) group_sum[j] = av[t0] * bv[t0 * W + j];
+                    for (std::size_t t = t0 + 1; t < t0 + I::group; ++t) {
+                        const float a = av[t];
+                        const float* b = bv + t * W;
+                        for (std::size_t j = 0; j < W; ++j) group_sum[j] += a * b[j];
+                    }
+                    for (std::size_t j = 0; j < W; ++j) {
+                        term[g][j] = group_sum[j] * sas[blk] * sbs[blk * W + j];
+                        scale_exp[g][j] = sae[blk] + sbe[blk * W + j];
+                        const bool joins = mmasim || term[g][j] != 0.0f;
+                        emax[j] = std::max(emax[j], joins ? scale_exp[g][j] : none);
+                    }
+                }
+                // Level two: units of 2^(emax - F), each term cut toward zero on its own. A joining
+                // term's power is at most 2^F; below 2^-126 the term (below 2^24) is below 1.
+                for (std::size_t j = 0; j < W; ++j)
+                    sum[j] = static_cast<std::int64_t>(term[0][j] * block_pow2(scale_exp[0][j] + F - emax[j]));
+                for (std::size_t g = 1; g < G; ++g)
+                    for (std::size_t j = 0; j < W; ++j)
+                        sum[j] += static_cast<std::int64_t>(term[g][j] * block_pow2(scale_exp[g][j] + F - emax[j]));
+            }
+            // The accumulator aligned the same way: C joined the search, so its significand (in
+            // [1, 2), the exponent field set to 127's) times 2^(F - emax + ec) is below 2^(F + 1),
+            // and below 1 where the power is below 2^-126. The exact sum, cut toward zero to 24
+            // bits in a double, converts exactly to float; scaling it back is an add to its
+            // exponent field where the result is a normal float, and a result outside float32's
+            // normal range marks its lane. Integer compares and bit blends: selects of floats would
+            // be branches under -ftrapping-math, and this loop runs in vector lanes.
+            for (std::size_t j = 0; j < W; ++j) {
+                const auto bits = std::bit_cast<std::uint32_t>(c[j]);
+                const std::uint32_t nonzero = 0 - static_cast<std::uint32_t>((bits & 0x7fffffffu) != 0);
+                const auto ec = static_cast<std::int32_t>((bits >> 23) & 0xffu) - 127;
+                const float significand = std::bit_cast<float>(((bits & 0x807fffffu) | 0x3f800000u) & nonzero);
+                const auto c_aligned = static_cast<std::int64_t>(significand * block_pow2(F - emax[j] + ec));
+                const auto exact = static_cast<double>(sum[j] + c_aligned);  // below 2^53: exact
+                constexpr std::uint64_t cut_mask = ~((std::uint64_t{1} << (52 - 23)) - 1);
+                const auto cut = std::bit_cast<std::uint32_t>(
+                    static_cast<float>(std::bit_cast<double>(std::bit_cast<std::uint64_t>(exact) & cut_mask)));
+                const std::int32_t shift = emax[j] - F;
+                const std::int32_t field = static_cast<std::int32_t>((cut >> 23) & 0xffu) + shift;
+                const bool zero = (cut & 0x7fffffffu) == 0;
+                const bool fits = zero || (field >= 1 && field <= 254);
+                unsure[j] |= fits ? 0 : 1;
+                const std::uint32_t keep = 0 - static_cast<std::uint32_t>(unsure[j] == 0 && !zero);
+                c[j] = std::bit_cast<float>((cut + (static_cast<std::uint32_t>(shift) << 23)) & keep);
+            }
+        }
+    }
+    for (std::size_t r = 0; r < rows; ++r) {
+        std::uint32_t mask = 0;
+        for (std::size_t j = 0; j < W; ++j) {
+            lane_out[r * W + j] = accumulators[r][j];
+            mask |= static_cast<std::uint32_t>(unsures[r][j] != 0) << j;
+        }
+        masks[r] = mask;
+    }
+}
+
+/// One output (i, j) of Model's block-scaled GEMM on the reference engine: a chain of
+/// block_inner_product_of along K, a last, shorter instruction padded with zero operands and the
+/// last block's scales.
+template <BlockGemmModel Model, class TA, class TB, class S>
+[[nodiscard]] float block_gemm_output(const TA* a, const S* sa, const TB* b, const S* sb, std::size_t i, std::size_t j,
+                                      std::size_t k, std::size_t n)
+{
+    using I = typename Model::instruction;
+    constexpr std::size_t B = I::scale_block;
+    const operand zero{};
+    const auto one = [&](std::size_t s, std::size_t len, float acc) {
+        const std::size_t last = (s + len - 1) / B;  // the last block this step reads
+        return block_inner_product_of<I>(
+            [&](std::size_t t) { return t < len ? decompose(a[i * k + s + t]) : zero; },
+            [&](std::size_t t) { return t < len ? decompose(b[(s + t) * n + j]) : zero; },
+            [&](std::size_t q) { return decode_scale_of<I::scale>(sa[i * (k / B) + std::min(s / B + q, last)]); },
+            [&](std::size_t q) { return decode_scale_of<I::scale>(sb[std::min(s / B + q, last) * n + j]); }, acc);
+    };
+    return chain_along_k<Model::promotion_interval>(k, I::k, one);
+}
+
+/// out (M x N) = Model's block-scaled GEMM of a (M x K, scales sa M x K/B) and b (K x N, scales sb
+/// K/B x N), all row-major: in lanes where block_lane_fit holds (tasks of one row by lane_width
+/// columns, shared among threads), each output whose chain meets a NaN or inf code, a NaN scale or
+/// a result outside float32's normal range again on the reference engine.
+template <BlockGemmModel Model, class TA, class TB, class S>
+void block_gemm_into(const TA* a, const S* sa, const TB* b, const S* sb, std::size_t m, std::size_t k, std::size_t n,
+                     float* out)
+{
+    using I = typename Model::instruction;
+    const auto exact = [=](std::size_t i, std::size_t j) { return block_gemm_output<Model>(a, sa, b, sb, i, j, k, n); };
+    if constexpr (!block_lane_fit<I, TA, TB>::usable || Model::promotion_interval != 0) {
+        scalify::detail::parallel_for(m * n, [&](std::size_t t) { out[t] = exact(t / n, t % n); });
+    } else {
+        constexpr std::size_t W = lane_width, B = I::scale_block;
+        constexpr auto zero_exponent = static_cast<std::int16_t>(block_zero_exponent<I>);
+        const std::size_t kp = (k + I::k - 1) / I::k * I::k, nb = kp / B, kb = k / B, blocks = (n + W - 1) / W;
+        thread_local std::vector<float> a_val, b_val, sa_sig, sb_sig;
+        thread_local std::vector<std::int16_t> a_exp, b_exp;
+        thread_local std::vector<std::int32_t> sa_exp, sb_exp;
+        thread_local std::vector<unsigned char> special_row;
+        thread_local std::vector<std::uint32_t> special_block;
+        a_val.resize(m * kp);
+        a_exp.resize(m * kp);
+        b_val.resize(blocks * kp * W);
+        b_exp.resize(blocks * kp * W);
+        sa_sig.resize(m * nb);
+        sa_exp.resize(m * nb);
+        sb_sig.resize(blocks * nb * W);
+        sb_exp.resize(blocks * nb * W);
+        special_row.assign(m, 0);
+        special_block.assign(blocks, 0);
+        const auto scale_of = [](const S& x, std::int32_t& exponent, float& significand) {
+            const scale_value v = decode_scale_of<I::scale>(x);
+            exponent = v.exponent;
+            significand = static_cast<float>(v.significand) * std::ldexp(1.0f, v.lsb - v.exponent);
+            return v.nan;
+        };
+        // Pointers, not the thread_local names: inside the loops those would be each worker's own.
+        float* const av = a_val.data();
+        std::int16_t* const ae = a_exp.data();
+        float* const bv = b_val.data();
+        std::int16_t* const be = b_exp.data();
+        float* const sas = sa_sig.data();
+        std::int32_t* const sae = sa_exp.data();
+        float* const sbs = sb_sig.data();
+        std::int32_t* const sbe = sb_exp.data();
+        unsigned char* const rows = special_row.data();
+        std::uint32_t* const columns = special_block.data();
+        scalify::detail::parallel_for(m, [=](std::size_t i) {
+            bool special = false;
+            for (std::size_t t = 0; t < kp; ++t) {
+                const lane_operand o = t < k ? lane_decode(a[i * k + t]) : lane_operand{0.0f, lane_zero_exponent, false};
+                av[i * kp + t] = o.value;
+                ae[i * kp + t] = o.exponent == lane_zero_exponent ? zero_exponent : o.exponent;
+                special = special || o.special;
+            }
+            for (std::size_t q = 0; q < nb; ++q)
+                special = scale_of(sa[i * kb + std::min(q, kb - 1)], sae[i * nb + q], sas[i * nb + q]) || special;
+            rows[i] = special ? 1 : 0;
+        });
+        scalify::detail::parallel_for(blocks, [=](std::size_t block) {
+            const std::size_t j0 = block * W, width = std::min(W, n - j0);
+            std::uint32_t special = 0;
+            for (std::size_t t = 0; t < kp; ++t) {
+                for (std::size_t j = 0; j < W; ++j) {
+                    const lane_operand o = t < k && j < width ? lane_decode(b[t * n + j0 + j])
+                                                              : lane_operand{0.0f, lane_zero_exponent, false};
+                    const std::size_t at = (block * kp + t) * W + j;
+                    bv[at] = o.value;
+                    be[at] = o.exponent == lane_zero_exponent ? zero_exponent : o.exponent;
+                    special |= static_cast<std::uint32_t>(o.special) << j;
+                }
+            }
+            for (std::size_t q = 0; q < nb; ++q) {
+                for (std::size_t j = 0; j < W; ++j) {
+                    const std::size_t at = (block * nb + q) * W + j;
+                    if (j < width) {
+                        special |= static_cast<std::uint32_t>(scale_of(sb[std::min(q, kb - 1) * n + j0 + j], sbe[at], sbs[at])) << j;
+                    } else {
+                        sbe[at] = 0;
+                        sbs[at] = 1.0f;
+                    }
+                }
+            }
+            columns[block] = special;
+        });
+        const block_panels panels{av, ae, bv, be, sae, sas, sbe, sbs, kp, nb};
+        // Tasks of block_task_rows rows by one block of columns, the rows of one block in turn.
+        constexpr std::size_t R = block_task_rows;
+        const std::size_t row_tasks = (m + R - 1) / R;
+        scalify::detail::parallel_for(row_tasks * blocks, [&, rows, columns](std::size_t task) {
+            const std::size_t i0 = (task % row_tasks) * R, block = task / row_tasks, height = std::min(R, m - i0);
+            const std::size_t j0 = block * W, width = std::min(W, n - j0);
+            alignas(64) float lane_out[R * W];
+            std::uint32_t masks[R];
+            block_lane_chain<I>(panels, i0, height, block, lane_out, masks);
+            for (std::size_t r = 0; r < height; ++r) {
+                const std::size_t i = i0 + r;
+                const std::uint32_t unsure = masks[r] | columns[block] | (rows[i] != 0 ? ~std::uint32_t{0} : 0u);
+                for (std::size_t j = 0; j < width; ++j)
+                    out[i * n + j0 + j] = (unsure >> j) & 1u ? exact(i, j0 + j) : lane_out[r * W + j];
+            }
+        });
+    }
+}
+
 }  // namespace detail
 
 /// One block-scaled instruction's result for one output: c + sum_k (a[k] sa[k/B]) (b[k] sb[k/B]),
@@ -468,26 +832,7 @@ template <BlockGemmModel Model, class TA, class TB, class S>
     }
     const std::size_t m = a.shape()[0], k = a.shape()[1], n = b.shape()[1];
     auto out = xt::xarray<float>::from_shape({m, n});
-    std::vector<detail::operand> x(m * k), y(k * n);
-    std::vector<detail::scale_value> sx(m * (k / B)), sy((k / B) * n);
-    for (std::size_t i = 0; i < m * k; ++i) x[i] = detail::decompose(a.data()[i]);
-    for (std::size_t i = 0; i < k * n; ++i) y[i] = detail::decompose(b.data()[i]);
-    for (std::size_t i = 0; i < sx.size(); ++i) sx[i] = detail::decode_scale_of<I::scale>(scale_a.data()[i]);
-    for (std::size_t i = 0; i < sy.size(); ++i) sy[i] = detail::decode_scale_of<I::scale>(scale_b.data()[i]);
-    const detail::operand zero{};
-    for (std::size_t i = 0; i < m; ++i) {
-        for (std::size_t j = 0; j < n; ++j) {
-            const auto one = [&](std::size_t s, std::size_t len, float acc) {
-                const std::size_t last = (s + len - 1) / B;  // the last block this step reads
-                return detail::block_inner_product_of<I>(
-                    [&](std::size_t t) { return t < len ? x[i * k + s + t] : zero; },
-                    [&](std::size_t t) { return t < len ? y[(s + t) * n + j] : zero; },
-                    [&](std::size_t q) { return sx[i * (k / B) + std::min(s / B + q, last)]; },
-                    [&](std::size_t q) { return sy[std::min(s / B + q, last) * n + j]; }, acc);
-            };
-            out(i, j) = detail::chain_along_k<Model::promotion_interval>(k, I::k, one);
-        }
-    }
+    detail::block_gemm_into<Model>(a.data(), scale_a.data(), b.data(), scale_b.data(), m, k, n, out.data());
     return out;
 }
 
