@@ -64,6 +64,7 @@
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <ranges>
 #include <span>
 #include <type_traits>
@@ -538,28 +539,38 @@ template <CdnaModel Model, std::size_t Block, bool CheckTiny>
     constexpr std::size_t W = lane_width;
     constexpr bool F = Model::flush_subnormals;
     const auto fl = [](float x) { return F ? flush_lane(x) : x; };
-    float acc[W] = {};
-    std::uint32_t bad[W] = {};
-    for (std::size_t s = 0; s < kp; s += Block) {
-        float p[Block][W];
-        for (std::size_t q = 0; q < Block; ++q) {
-            const float x = a_row[s + q];
-            const float* y = b_block + (s + q) * W;
-            for (std::size_t j = 0; j < W; ++j) {
-                const float raw = x * y[j];
-                if constexpr (CheckTiny) {
-                    const std::uint32_t r = std::bit_cast<std::uint32_t>(raw);
-                    bad[j] |= static_cast<std::uint32_t>((r & 0x7f800000u) == 0) &
-                              static_cast<std::uint32_t>(x != 0.0f) & static_cast<std::uint32_t>(y[j] != 0.0f);
-                }
-                p[q][j] = fl(raw + 0.0f);
-            }
+    alignas(64) float acc[W] = {};
+    alignas(64) std::uint32_t bad[W] = {};
+    // One loop over the lanes per block, each lane's products and tree in it: the form the
+    // compiler vectorises without shuffles (a products array [Block][W] it transposed).
+    const auto product = [&](float x, float y, std::uint32_t& tiny) {
+        const float raw = x * y;
+        if constexpr (CheckTiny) {
+            const std::uint32_t r = std::bit_cast<std::uint32_t>(raw);
+            tiny |= static_cast<std::uint32_t>((r & 0x7f800000u) == 0) & static_cast<std::uint32_t>(x != 0.0f) &
+                    static_cast<std::uint32_t>(y != 0.0f);
         }
-        for (std::size_t j = 0; j < W; ++j) {
-            float t;
-            if constexpr (Block == 4) t = fl(fl(p[0][j] + p[1][j]) + fl(p[2][j] + p[3][j]));
-            else t = fl(p[0][j] + p[1][j]);
-            acc[j] = fl(acc[j] + t);
+        return fl(raw + 0.0f);
+    };
+    for (std::size_t s = 0; s < kp; s += Block) {
+        const float* y = b_block + s * W;
+        if constexpr (Block == 4) {
+            const float x0 = a_row[s], x1 = a_row[s + 1], x2 = a_row[s + 2], x3 = a_row[s + 3];
+            for (std::size_t j = 0; j < W; ++j) {
+                std::uint32_t tiny = 0;
+                const float p0 = product(x0, y[j], tiny), p1 = product(x1, y[W + j], tiny);
+                const float p2 = product(x2, y[2 * W + j], tiny), p3 = product(x3, y[3 * W + j], tiny);
+                acc[j] = fl(acc[j] + fl(fl(p0 + p1) + fl(p2 + p3)));
+                bad[j] |= tiny;
+            }
+        } else {
+            const float x0 = a_row[s], x1 = a_row[s + 1];
+            for (std::size_t j = 0; j < W; ++j) {
+                std::uint32_t tiny = 0;
+                const float p0 = product(x0, y[j], tiny), p1 = product(x1, y[W + j], tiny);
+                acc[j] = fl(acc[j] + fl(p0 + p1));
+                bad[j] |= tiny;
+            }
         }
     }
     std::uint32_t mask = 0;
@@ -576,67 +587,80 @@ template <CdnaModel Model, std::size_t Block, bool CheckTiny>
     return std::bit_cast<double>(static_cast<std::uint64_t>(e + 1023) << 52);
 }
 
-/// x * 2^shift rounded toward -inf, in lanes (shift <= 7).
-[[nodiscard]] inline std::int64_t floor_scale_lane(std::int64_t x, int shift) noexcept
+/// 2^e as a V (float: e clamped to the normal exponents; double: e in [-1022, 1023]).
+template <class V>
+[[nodiscard]] inline V pow2_of(std::int32_t e) noexcept
 {
-    return shift >= 0 ? x * (std::int64_t{1} << shift) : (shift <= -63 ? (x < 0 ? -1 : 0) : x >> -shift);
+    if constexpr (std::same_as<V, float>) {
+        e = std::min(std::max(e, -126), 127);
+        return std::bit_cast<float>(static_cast<std::uint32_t>(127 + e) << 23);
+    } else {
+        return pow2(e);
+    }
 }
 
-/// lane_width outputs of the CDNA3 unit's GEMM in double and integer lanes: a_val/a_exp hold kp
-/// operand values (exact doubles) and nominal exponents (-126 for a zero), b_val/b_exp kp rows of
-/// lane_width. Each block's products are exact in double and cut with one conversion to int32
-/// (|cut| < 2^26; a block's half sums stay below 2^30); the round-downs are integer shifts; the
-/// result's rounding to float32 is the host's conversion of an exact double (nearest even, gradual
-/// underflow, overflow to inf). Operands must be finite and every nominal product exponent below
-/// 127 (the caller checks); an output whose result is not finite is marked in the returned mask
-/// (recomputed by chain_read, which has the rules for infinities and NaN).
-template <std::size_t Block, bool EvenOdd>
-[[nodiscard]] std::uint32_t fused_lanes(const double* a_val, const int* a_exp, const double* b_val, const int* b_exp,
+/// x * 2^shift rounded toward -inf, branch-free for vector lanes: a left shift by at most 7 or an
+/// arithmetic right shift (by at most 63: -1 or 0 beyond).
+[[nodiscard]] inline std::int64_t floor_scale_lane(std::int64_t x, std::int32_t shift) noexcept
+{
+    return (x << std::max(shift, 0)) >> std::min(std::max(-shift, 0), 63);
+}
+
+/// lane_width outputs of the CDNA3 unit's GEMM in float or double lanes (V) and integer lanes:
+/// a_val/a_exp hold kp operand values (exact in V) and nominal exponents (-126 for a zero),
+/// b_val/b_exp kp rows of lane_width. Each block's products are exact in V and cut with one
+/// conversion to int32 (|cut| < 2^26; a block's half sums stay below 2^30); the round-downs are
+/// integer shifts; the result's rounding to float32 is the host's conversion of an exact double
+/// (nearest even, gradual underflow, overflow to inf). Float lanes serve operands whose products
+/// are exact in float and whose exponents keep a nonzero product's scale 2^(24 - emax) a normal
+/// float (f16, fp8): the scale is clamped there, where every product is zero. Operands must be
+/// finite and every nominal product exponent below 127 (the caller checks); an output whose
+/// result is not finite is marked in the returned mask (recomputed by chain_read, which has the
+/// rules for infinities and NaN). Every loop runs across the lanes, without branches.
+template <std::size_t Block, bool EvenOdd, class V>
+[[nodiscard]] std::uint32_t fused_lanes(const V* a_val, const int* a_exp, const V* b_val, const int* b_exp,
                                         std::size_t kp, float* out) noexcept
 {
     constexpr std::size_t W = lane_width;
     constexpr std::size_t halves = EvenOdd ? 2 : 1;
-    float acc[W] = {};
+    static_assert(Block % halves == 0);
+    alignas(64) float acc[W] = {};
     for (std::size_t s = 0; s < kp; s += Block) {
-        const double* av = a_val + s;
+        const V* av = a_val + s;
         const int* ae = a_exp + s;
-        const double* bv = b_val + s * W;
+        const V* bv = b_val + s * W;
         const int* be = b_exp + s * W;
-        int emax[halves][W];
-        for (std::size_t h = 0; h < halves; ++h)
-            for (std::size_t j = 0; j < W; ++j) emax[h][j] = -100000;
-        for (std::size_t q = 0; q < Block; ++q) {
-            int* e = emax[EvenOdd ? q % 2 : 0];
-            for (std::size_t j = 0; j < W; ++j) e[j] = std::max(e[j], ae[q] + be[q * W + j]);
-        }
-        double scale[halves][W];
-        std::int32_t sum[halves][W];
-        for (std::size_t h = 0; h < halves; ++h)
-            for (std::size_t j = 0; j < W; ++j) {
-                scale[h][j] = std::bit_cast<double>(static_cast<std::uint64_t>(24 - emax[h][j] + 1023) << 52);
-                sum[h][j] = 0;
-            }
-        for (std::size_t q = 0; q < Block; ++q) {
-            const std::size_t h = EvenOdd ? q % 2 : 0;
-            const double x = av[q];
-            for (std::size_t j = 0; j < W; ++j)
-                sum[h][j] += static_cast<std::int32_t>(x * bv[q * W + j] * scale[h][j]);  // exact, then cut toward zero
-        }
+        // One loop over the lanes per block, the block's products unrolled in it: the form the
+        // compiler vectorises without shuffles.
         for (std::size_t j = 0; j < W; ++j) {
-            int e = emax[0][j];
-            std::int64_t total_sum = sum[0][j];  // units of 2^(e - 24)
+            std::int32_t emax[halves];
+            for (std::size_t h = 0; h < halves; ++h) emax[h] = ae[h] + be[h * W + j];
+            for (std::size_t q = halves; q < Block; ++q) emax[q % halves] = std::max(emax[q % halves], ae[q] + be[q * W + j]);
+            V scale[halves];
+            std::int32_t sum[halves];
+            for (std::size_t h = 0; h < halves; ++h) {
+                scale[h] = pow2_of<V>(24 - emax[h]);
+                sum[h] = 0;
+            }
+            for (std::size_t q = 0; q < Block; ++q)
+                sum[q % halves] += static_cast<std::int32_t>(av[q] * bv[q * W + j] * scale[q % halves]);  // exact, then cut
+            std::int32_t e = emax[0];
+            std::int64_t total_sum = sum[0];  // units of 2^(e - 24)
             if constexpr (EvenOdd) {
-                e = std::max(emax[0][j], emax[1][j]);
-                total_sum = floor_scale_lane(sum[0][j], emax[0][j] - e) + floor_scale_lane(sum[1][j], emax[1][j] - e);
+                e = std::max(emax[0], emax[1]);
+                total_sum = floor_scale_lane(sum[0], emax[0] - e) + floor_scale_lane(sum[1], emax[1] - e);
             }
             const std::uint32_t cb = std::bit_cast<std::uint32_t>(acc[j]);
-            const int field = static_cast<int>((cb >> 23) & 0xffu);
-            const int ec = field != 0 ? field - 127 : -126;
-            const std::int64_t cm = static_cast<std::int64_t>((cb & 0x7fffffu) | (field != 0 ? 0x800000u : 0u));
-            const int max_e = std::max(e, ec);
+            const auto field = static_cast<std::int32_t>((cb >> 23) & 0xffu);
+            const std::int32_t normal = field != 0 ? 1 : 0;
+            const std::int32_t ec = field - 127 + (1 - normal);  // -126 for a subnormal or zero
+            const auto magnitude = static_cast<std::int64_t>((cb & 0x7fffffu) | (static_cast<std::uint32_t>(normal) << 23));
+            const std::int64_t sign = -static_cast<std::int64_t>(cb >> 31);
+            const std::int64_t cm = (magnitude ^ sign) - sign;
+            const std::int32_t max_e = std::max(e, ec);
             const std::int64_t s31 = floor_scale_lane(total_sum, 7 + e - max_e);
-            std::int64_t c24 = 0;
-            if (!EvenOdd || ec >= max_e - 25) c24 = floor_scale_lane((cb >> 31) != 0 ? -cm : cm, 1 + ec - max_e);
+            std::int64_t c24 = floor_scale_lane(cm, 1 + ec - max_e);
+            if constexpr (EvenOdd) c24 &= -static_cast<std::int64_t>(ec >= max_e - 25);
             const std::int64_t total = s31 + c24 * 128;
             acc[j] = static_cast<float>(static_cast<double>(total) * pow2(max_e - 31));  // exact, then one RNE
         }
@@ -710,83 +734,112 @@ struct gemm_engine<Instruction> {
         constexpr bool even_odd = cdna::fp8_pair<TA, TB>;
         constexpr std::size_t W = cdna::lane_width;
         using kind = operand::kind;
-        // Every operand read once.
-        std::vector<operand> rows, columns;
-        read_rows_and_columns<gemm_engine>(a, b, m, k, n, rows, columns);
-        const operand* const r = rows.data();
-        const operand* const c = columns.data();
-        const auto exact = [=](std::size_t i, std::size_t j) { return chain<Model, TA, TB>(r + i * k, c + j * k, k); };
         // The lanes run one chain; the rounding of their float (or final) operations is the
         // default environment's.
         if (Model::promotion_interval != 0 || std::fegetround() != FE_TONEAREST) {
+            // Every operand read once.
+            std::vector<operand> rows, columns;
+            read_rows_and_columns<gemm_engine>(a, b, m, k, n, rows, columns);
+            const operand* const r = rows.data();
+            const operand* const c = columns.data();
             scalify::detail::parallel_for(m, [=](std::size_t i) {
-                for (std::size_t j = 0; j < n; ++j) out[i * n + j] = exact(i, j);
+                for (std::size_t j = 0; j < n; ++j) out[i * n + j] = chain<Model, TA, TB>(r + i * k, c + j * k, k);
             });
             return;
         }
+        // The outputs the lanes leave unsure: the exact chain, the column gathered for it.
+        const auto exact = [=](std::size_t i, std::size_t j) {
+            std::vector<TB> column(k);
+            for (std::size_t p = 0; p < k; ++p) column[p] = b[p * n + j];
+            return std::bit_cast<float>(cdna::chain<Instruction>(a + i * k, column.data(), k, block, 0u));
+        };
         const std::size_t kp = (k + block - 1) / block * block, blocks = (n + W - 1) / W;
+        // Operands decoded straight into the panels (A by rows, B in blocks of W columns, K
+        // padded with zeros), rows of A and blocks of B shared among threads.
+        const auto decode = [m, k, n, kp, blocks](auto&& read_a, auto&& read_b) {
+            scalify::detail::parallel_for(m, [&](std::size_t i) {
+                for (std::size_t p = 0; p < k; ++p) read_a(i, p, i * kp + p);
+            });
+            constexpr std::size_t width_max = cdna::lane_width;
+            scalify::detail::parallel_for(blocks, [&](std::size_t blk) {
+                const std::size_t j0 = blk * width_max, width = std::min(width_max, n - j0);
+                for (std::size_t p = 0; p < k; ++p)
+                    for (std::size_t j = 0; j < width; ++j) read_b(p * n + j0 + j, j0 + j, (blk * kp + p) * width_max + j);
+            });
+        };
         if constexpr (Instruction::sum == cdna_sum::pairwise_fp32) {
-            // Float lanes.
-            const auto value = [](const operand& x) {
-                const operand y = Instruction::flush_subnormals ? cdna::flush_input(x) : x;
-                if (y.what == kind::nan) return std::bit_cast<float>(cdna::quiet_nan);
-                if (y.what == kind::infinite) return std::bit_cast<float>((y.negative ? 0x80000000u : 0u) | cdna::positive_inf);
-                if (y.what == kind::zero) return y.negative ? -0.0f : 0.0f;
-                const float v = std::ldexp(static_cast<float>(y.significand), y.lsb);  // exact: f16, bf16
-                return y.negative ? -v : v;
+            // Float lanes: f16 and bf16 values are exact floats (NaN and inf included); the unit's
+            // flush reads operands below their format's smallest normal as +0.
+            const auto value = [](const auto& x) {
+                using T = std::remove_cvref_t<decltype(x)>;
+                const float v = static_cast<float>(x);
+                if constexpr (Instruction::flush_subnormals) {
+                    const float smallest = static_cast<float>(std::numeric_limits<T>::min());
+                    return std::abs(v) < smallest ? 0.0f : v;
+                } else {
+                    return v;
+                }
             };
             std::vector<float> a_panel(m * kp, 0.0f), b_panel(blocks * kp * W, 0.0f);
-            for (std::size_t i = 0; i < m; ++i)
-                for (std::size_t p = 0; p < k; ++p) a_panel[i * kp + p] = value(r[i * k + p]);
-            for (std::size_t j = 0; j < n; ++j)
-                for (std::size_t p = 0; p < k; ++p) b_panel[((j / W) * kp + p) * W + j % W] = value(c[j * k + p]);
-            const float* const ap = a_panel.data();
-            const float* const bp = b_panel.data();
+            float* const ap = a_panel.data();
+            float* const bp = b_panel.data();
+            decode([=](std::size_t i, std::size_t p, std::size_t at) { ap[at] = value(a[i * k + p]); },
+                   [=](std::size_t from, std::size_t, std::size_t at) { bp[at] = value(b[from]); });
             constexpr bool check_tiny = std::same_as<TA, Eigen::bfloat16>;
             const auto lanes = [=](std::size_t i, std::size_t blk, float* lane_out) {
                 return cdna::pairwise_lanes<Instruction, block, check_tiny>(ap + i * kp, bp + blk * kp * W, kp, lane_out);
             };
             lane_tasks<W>(m, n, out, lanes, exact);
         } else {
-            // Double and integer lanes. Rows or columns holding a non-finite operand, or an operand
-            // whose exponent could take a product past 2^128, go through the exact chain.
-            const auto value = [](const operand& x) {
-                if (x.what != kind::finite) return x.negative ? -0.0 : 0.0;
-                const double v = std::ldexp(static_cast<double>(x.significand), x.lsb);
-                return x.negative ? -v : v;
+            // Float (f16, fp8) or double (bf16, xf32) and integer lanes. Rows or columns holding a
+            // non-finite operand, or an operand whose exponent could take a product past 2^128, go
+            // through the exact chain.
+            using V = std::conditional_t<std::same_as<TA, Eigen::half> || even_odd, float, double>;
+            struct decoded {
+                V value;
+                int exponent;
+                bool wild;
             };
-            const auto exponent = [](const operand& x) { return x.what == kind::finite ? x.exponent : -126; };
-            const auto wild = [](const operand& x) {
-                return x.what == kind::nan || x.what == kind::infinite || (x.what == kind::finite && x.exponent > 63);
+            const auto read_one = [](const auto& x) -> decoded {
+                using T = std::remove_cvref_t<decltype(x)>;
+                if constexpr (std::same_as<T, float>) {
+                    const operand o = cdna::read(x);  // xf32
+                    if (o.what != kind::finite)
+                        return {o.negative ? V(-0.0) : V(0.0), -126, o.what == kind::nan || o.what == kind::infinite};
+                    const auto v = static_cast<V>(static_cast<double>(o.significand) * cdna::pow2(o.lsb));  // exact
+                    return {o.negative ? -v : v, o.exponent, o.exponent > 63};
+                } else {
+                    const lane_operand o = lane_decode(x);  // exact value, nominal exponent
+                    const bool zero = o.exponent == lane_zero_exponent;
+                    return {static_cast<V>(o.value), zero ? -126 : int{o.exponent}, o.special || (!zero && o.exponent > 63)};
+                }
             };
-            std::vector<double> a_val(m * kp, 0.0), b_val(blocks * kp * W, 0.0);
+            std::vector<V> a_val(m * kp, V(0)), b_val(blocks * kp * W, V(0));
             std::vector<int> a_exp(m * kp, -126), b_exp(blocks * kp * W, -126);
             std::vector<unsigned char> row_wild(m, 0), column_wild(n, 0);
-            for (std::size_t i = 0; i < m; ++i)
-                for (std::size_t p = 0; p < k; ++p) {
-                    const operand& x = r[i * k + p];
-                    a_val[i * kp + p] = value(x);
-                    a_exp[i * kp + p] = exponent(x);
-                    row_wild[i] |= wild(x) ? 1 : 0;
-                }
-            for (std::size_t j = 0; j < n; ++j)
-                for (std::size_t p = 0; p < k; ++p) {
-                    const operand& x = c[j * k + p];
-                    const std::size_t at = ((j / W) * kp + p) * W + j % W;
-                    b_val[at] = value(x);
-                    b_exp[at] = exponent(x);
-                    column_wild[j] |= wild(x) ? 1 : 0;
-                }
-            const double* const av = a_val.data();
-            const double* const bv = b_val.data();
-            const int* const ae = a_exp.data();
-            const int* const be = b_exp.data();
-            const unsigned char* const rw = row_wild.data();
-            const unsigned char* const cw = column_wild.data();
+            V* const av = a_val.data();
+            V* const bv = b_val.data();
+            int* const ae = a_exp.data();
+            int* const be = b_exp.data();
+            unsigned char* const rw = row_wild.data();
+            unsigned char* const cw = column_wild.data();
+            decode(
+                [=](std::size_t i, std::size_t p, std::size_t at) {
+                    const decoded d = read_one(a[i * k + p]);
+                    av[at] = d.value;
+                    ae[at] = d.exponent;
+                    rw[i] |= d.wild ? 1 : 0;
+                },
+                [=](std::size_t from, std::size_t j, std::size_t at) {
+                    const decoded d = read_one(b[from]);
+                    bv[at] = d.value;
+                    be[at] = d.exponent;
+                    cw[j] |= d.wild ? 1 : 0;
+                });
             const auto lanes = [=](std::size_t i, std::size_t blk, float* lane_out) {
                 if (rw[i]) return ~std::uint32_t{0};
                 std::uint32_t unsure =
-                    cdna::fused_lanes<block, even_odd>(av + i * kp, ae + i * kp, bv + blk * kp * W, be + blk * kp * W, kp, lane_out);
+                    cdna::fused_lanes<block, even_odd, V>(av + i * kp, ae + i * kp, bv + blk * kp * W, be + blk * kp * W, kp, lane_out);
                 const std::size_t j0 = blk * W, width = std::min(W, n - j0);
                 for (std::size_t j = 0; j < width; ++j) unsure |= (cw[j0 + j] ? 1u : 0u) << j;
                 return unsure;
