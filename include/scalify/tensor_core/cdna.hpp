@@ -517,7 +517,7 @@ template <CdnaModel Model, class TA, class TB>
     return chain_read<Model, fp8_pair<TA, TB>>(x.data(), y.data(), n, block_size, c);
 }
 
-inline constexpr std::size_t lane_width = 16;
+inline constexpr std::size_t lane_width = 32;
 
 /// The flush of a float lane's result (CDNA2), on its bits: below 2^-126, a zero of its sign.
 [[nodiscard]] inline float flush_lane(float x) noexcept
@@ -625,6 +625,7 @@ template <std::size_t Block, bool EvenOdd, class V>
     constexpr std::size_t halves = EvenOdd ? 2 : 1;
     static_assert(Block % halves == 0);
     alignas(64) float acc[W] = {};
+    alignas(64) std::uint32_t lost[W] = {};  // C was not finite at some block
     for (std::size_t s = 0; s < kp; s += Block) {
         const V* av = a_val + s;
         const int* ae = a_exp + s;
@@ -644,31 +645,41 @@ template <std::size_t Block, bool EvenOdd, class V>
             }
             for (std::size_t q = 0; q < Block; ++q)
                 sum[q % halves] += static_cast<std::int32_t>(av[q] * bv[q * W + j] * scale[q % halves]);  // exact, then cut
+            // int32 lanes for the exponents and the right shifts (toward -inf; a shift of 31
+            // leaves 0 or -1, as any longer one), double lanes for what needs more than 32 bits:
+            // every quantity is an integer below 2^38 times a power of two, exact in a double.
             std::int32_t e = emax[0];
-            std::int64_t total_sum = sum[0];  // units of 2^(e - 24)
+            std::int32_t total_sum = sum[0];  // units of 2^(e - 24), below 2^30
             if constexpr (EvenOdd) {
                 e = std::max(emax[0], emax[1]);
-                total_sum = floor_scale_lane(sum[0], emax[0] - e) + floor_scale_lane(sum[1], emax[1] - e);
+                total_sum = (sum[0] >> std::min(e - emax[0], 31)) + (sum[1] >> std::min(e - emax[1], 31));
             }
             const std::uint32_t cb = std::bit_cast<std::uint32_t>(acc[j]);
             const auto field = static_cast<std::int32_t>((cb >> 23) & 0xffu);
             const std::int32_t normal = field != 0 ? 1 : 0;
             const std::int32_t ec = field - 127 + (1 - normal);  // -126 for a subnormal or zero
-            const auto magnitude = static_cast<std::int64_t>((cb & 0x7fffffu) | (static_cast<std::uint32_t>(normal) << 23));
-            const std::int64_t sign = -static_cast<std::int64_t>(cb >> 31);
-            const std::int64_t cm = (magnitude ^ sign) - sign;
-            const std::int32_t max_e = std::max(e, ec);
-            const std::int64_t s31 = floor_scale_lane(total_sum, 7 + e - max_e);
-            std::int64_t c24 = floor_scale_lane(cm, 1 + ec - max_e);
-            if constexpr (EvenOdd) c24 &= -static_cast<std::int64_t>(ec >= max_e - 25);
-            const std::int64_t total = s31 + c24 * 128;
-            acc[j] = static_cast<float>(static_cast<double>(total) * pow2(max_e - 31));  // exact, then one RNE
+            const auto magnitude = static_cast<std::int32_t>((cb & 0x7fffffu) | (static_cast<std::uint32_t>(normal) << 23));
+            const std::int32_t sign = -static_cast<std::int32_t>(cb >> 31);
+            const std::int32_t cm = (magnitude ^ sign) - sign;
+            const std::int32_t max_e = std::min(std::max(e, ec), 127);  // 128: C is inf (marked)
+            const std::int32_t up = 7 + e - max_e;  // at most 7
+            const std::int32_t s_down = total_sum >> std::min(std::max(-up, 0), 31);
+            const std::int32_t c_shift = 1 + ec - max_e;  // at most 1
+            std::int32_t c24 = (cm * (1 + (c_shift > 0 ? 1 : 0))) >> std::min(std::max(-c_shift, 0), 31);
+            if constexpr (EvenOdd) c24 &= -static_cast<std::int32_t>(ec >= max_e - 25);
+            const auto power = [](std::int32_t x) {  // 2^x, x in [-126, 127], as a double
+                return static_cast<double>(std::bit_cast<float>(static_cast<std::uint32_t>(127 + x) << 23));
+            };
+            const double total = static_cast<double>(s_down) * power(std::max(up, 0)) + static_cast<double>(c24) * 128.0;
+            // total * 2^(max_e - 31): exact, then one RNE.
+            acc[j] = static_cast<float>(total * 0x1p-31 * power(std::max(max_e, -126)));
+            lost[j] |= static_cast<std::uint32_t>(field == 0xff);
         }
     }
     std::uint32_t mask = 0;
     for (std::size_t j = 0; j < W; ++j) {
         out[j] = acc[j];
-        mask |= (std::isfinite(acc[j]) ? 0u : 1u) << j;
+        mask |= (std::isfinite(acc[j]) && lost[j] == 0 ? 0u : 1u) << j;
     }
     return mask;
 }
