@@ -272,7 +272,7 @@ template <FmaGemmModel Model>
     return std::bit_cast<std::uint32_t>(chain_along_k<Model::promotion_interval>(k, step, one));
 }
 
-inline constexpr std::size_t lane_width = 16;
+inline constexpr std::size_t lane_width = 32;
 
 /// Whether a float step's result may differ from fma()'s: NaN (the payload rule), or nonzero and
 /// at most 2^-126 (the flush after rounding). Elsewhere a float operation rounded to nearest even
@@ -293,8 +293,17 @@ template <FmaGemmModel Model>
 {
     constexpr std::size_t W = lane_width;
     constexpr std::size_t step = Model::instruction::k;
-    float acc[W] = {}, even[W], odd[W];
-    std::uint32_t bad[W] = {};
+    alignas(64) float acc[W] = {}, even[W], odd[W];
+    // unsure() over a lane's whole chain as two running extremes of the results' magnitude bits:
+    // the least of (bits - 1) (a zero wraps to the top, out of the way) and the greatest. Four
+    // integer operations per result instead of seven.
+    alignas(64) std::uint32_t low[W], high[W] = {};
+    for (std::size_t j = 0; j < W; ++j) low[j] = ~std::uint32_t{0};
+    const auto track = [&](std::size_t j, float r) {
+        const std::uint32_t m = std::bit_cast<std::uint32_t>(r) & 0x7fffffffu;
+        low[j] = std::min(low[j], m - 1u);
+        high[j] = std::max(high[j], m);
+    };
     for (std::size_t s = 0; s < k; s += step) {
         const std::size_t end = std::min(s + step, k);
         if constexpr (Model::instruction::order == fma_chain_order::two_lanes_then_accumulator) {
@@ -306,13 +315,15 @@ template <FmaGemmModel Model>
                 for (std::size_t j = 0; j < W; ++j) {
                     even[j] = std::fma(a0, b0[j], even[j]);
                     odd[j] = std::fma(a1, b1[j], odd[j]);
-                    bad[j] = bad[j] | unsure(even[j]) | unsure(odd[j]);
+                    track(j, even[j]);
+                    track(j, odd[j]);
                 }
             }
             for (std::size_t j = 0; j < W; ++j) {
                 const float lanes_sum = even[j] + odd[j];
                 acc[j] = acc[j] + lanes_sum;
-                bad[j] = bad[j] | unsure(lanes_sum) | unsure(acc[j]);
+                track(j, lanes_sum);
+                track(j, acc[j]);
             }
         } else {
             for (std::size_t p = s; p < end; p += 2) {
@@ -322,7 +333,8 @@ template <FmaGemmModel Model>
                 for (std::size_t j = 0; j < W; ++j) {
                     const float first = std::fma(a1, b1[j], acc[j]);
                     acc[j] = std::fma(a0, b0[j], first);
-                    bad[j] = bad[j] | unsure(first) | unsure(acc[j]);
+                    track(j, first);
+                    track(j, acc[j]);
                 }
             }
         }
@@ -330,7 +342,9 @@ template <FmaGemmModel Model>
     std::uint32_t mask = 0;
     for (std::size_t j = 0; j < W; ++j) {
         out[j] = acc[j];
-        mask |= (bad[j] != 0 ? 1u : 0u) << j;
+        // unsure(): some result nonzero and at most 2^-126 (bits - 1 below 0x00800000), or NaN.
+        const bool bad = low[j] < 0x00800000u || high[j] > 0x7f800000u;
+        mask |= (bad ? 1u : 0u) << j;
     }
     return mask;
 }
