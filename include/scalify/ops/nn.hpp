@@ -14,6 +14,7 @@
 #include <scalify/ops/elementwise.hpp>
 #include <scalify/ops/reduce.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <concepts>
 #include <cstddef>
@@ -56,8 +57,10 @@ struct axis_lanes {
     }
 };
 
-/// Per lane of the value: its max and total = sum exp(v - max), then raw[i] =
-/// finish_lane(v_i, max, total, log(total)) for each element.
+/// Per lane of the value: its max and total = sum exp(v - max), then element i's raw result
+/// finish_lane(v_i, max, total, log(total)). Along the last axis (contiguous lanes) the results
+/// are stored straight from the lanes' statistics (a periodic_source: no buffer of raw results to
+/// zero, fill and copy); along another axis through such a buffer, lane by lane.
 template <class Op, class Strategy, class Out, class T, class P, class Finish>
 [[nodiscard]] auto normalise_along(const char* op, const ScaledArray<T, P>& a, std::size_t axis, Finish finish_lane)
 {
@@ -65,22 +68,38 @@ template <class Op, class Strategy, class Out, class T, class P, class Finish>
     const axis_lanes lanes(op, a.shape(), axis);
     const C s = static_cast<C>(a.scale());
     const T* data = a.data().data();
-    const auto value = [&](std::size_t i) { return bit_select(s == C(0), C(0), load(data[i]) * s); };  // zero scale: zeros
-    std::vector<C> raw(a.size());
-    lanes.for_each([&](std::size_t base, std::size_t stride) {
+    const auto value = [s, data](std::size_t i) { return bit_select(s == C(0), C(0), load(data[i]) * s); };  // zero scale: zeros
+    struct lane_statistics {
+        C top, total, log_total;
+    };
+    const auto statistics = [&](std::size_t base, std::size_t stride) {
         const auto lane_value = [&](std::size_t k) { return value(base + k * stride); };
         const C top = lane_max<C>(lanes.length, lane_value, -std::numeric_limits<C>::infinity());
         const C total = lane_sum<C>(lanes.length, [&](std::size_t k) { return math::exp(lane_value(k) - top); });
-        const C log_total = std::log(total);
-        for (std::size_t k = 0; k < lanes.length; ++k) {
-            const std::size_t i = base + k * stride;
-            raw[i] = finish_lane(value(i), top, total, log_total);
-        }
-    });
+        return lane_statistics{top, total, std::log(total)};
+    };
     scale_request request;
     request.natural = 1.0f;
     request.input_scales[0] = a.scale();
     request.axis_length = lanes.length;
+    if (lanes.inner == 1 && lanes.length != 0) {
+        std::vector<lane_statistics> per_lane(lanes.outer);
+        lanes.for_each([&](std::size_t base, std::size_t stride) { per_lane[base / lanes.length] = statistics(base, stride); });
+        const lane_statistics* stats = per_lane.data();
+        const auto at = [value, stats, finish_lane](std::size_t i, std::size_t, std::size_t lane) {
+            return finish_lane(value(i), stats[lane].top, stats[lane].total, stats[lane].log_total);
+        };
+        return finish<Op, Strategy, P, out_or_t<Out, T>, C>(op, a.shape(), request,
+                                                            periodic_source<decltype(at)>{at, lanes.length});
+    }
+    std::vector<C> raw(a.size());
+    lanes.for_each([&](std::size_t base, std::size_t stride) {
+        const lane_statistics lane = statistics(base, stride);
+        for (std::size_t k = 0; k < lanes.length; ++k) {
+            const std::size_t i = base + k * stride;
+            raw[i] = finish_lane(value(i), lane.top, lane.total, lane.log_total);
+        }
+    });
     return finish<Op, Strategy, P, out_or_t<Out, T>, C>(op, a.shape(), request, [&raw](std::size_t i) { return raw[i]; });
 }
 
@@ -119,23 +138,31 @@ template <class Strategy = default_scaling, class G, class PG, class Y, class PY
     const G* pg = g.data().data();
     const Y* py = y.data().data();
     const C sy = static_cast<C>(y.scale());
-    std::vector<C> raw(y.size());
-    lanes.for_each([&](std::size_t base, std::size_t stride) {
-        // sum g y in data units (its value is sg * sy * dot)
-        const C dot = detail::lane_sum<C>(lanes.length, [&](std::size_t k) {
+    // sum g y over a lane in data units (its value is sg * sy * dot)
+    const auto lane_dot = [&](std::size_t base, std::size_t stride) {
+        return detail::lane_sum<C>(lanes.length, [&](std::size_t k) {
             return detail::load(pg[base + k * stride]) * detail::load(py[base + k * stride]);
         });
-        for (std::size_t k = 0; k < lanes.length; ++k) {
-            const std::size_t i = base + k * stride;
-            raw[i] = detail::load(py[i]) * (detail::load(pg[i]) - sy * dot);  // value: sg sy raw
-        }
-    });
+    };
+    const auto element = [pg, py, sy](std::size_t i, C dot) { return detail::load(py[i]) * (detail::load(pg[i]) - sy * dot); };
     scale_request request;
-    request.natural = static_cast<float>(double(g.scale()) * double(y.scale()));
+    request.natural = static_cast<float>(double(g.scale()) * double(y.scale()));  // value: sg sy raw
     request.input_scales[0] = g.scale();
     request.input_scales[1] = y.scale();
     request.input_count = 2;
     request.axis_length = lanes.length;
+    if (lanes.inner == 1 && lanes.length != 0) {  // contiguous lanes: stored straight from each lane's dot (see normalise_along)
+        std::vector<C> dots(lanes.outer);
+        lanes.for_each([&](std::size_t base, std::size_t stride) { dots[base / lanes.length] = lane_dot(base, stride); });
+        const auto at = [element, dots = dots.data()](std::size_t i, std::size_t, std::size_t lane) { return element(i, dots[lane]); };
+        return detail::finish<ops::vjp<ops::softmax>, Strategy, common_policy_t<PG, PY>, G, C>(
+            "softmax_vjp", y.shape(), request, detail::periodic_source<decltype(at)>{at, lanes.length});
+    }
+    std::vector<C> raw(y.size());
+    lanes.for_each([&](std::size_t base, std::size_t stride) {
+        const C dot = lane_dot(base, stride);
+        for (std::size_t k = 0; k < lanes.length; ++k) raw[base + k * stride] = element(base + k * stride, dot);
+    });
     return detail::finish<ops::vjp<ops::softmax>, Strategy, common_policy_t<PG, PY>, G, C>(
         "softmax_vjp", y.shape(), request, [&raw](std::size_t i) { return raw[i]; });
 }
@@ -151,21 +178,33 @@ template <class Strategy = default_scaling, class G, class PG, class Y, class PY
     const G* pg = g.data().data();
     const Y* py = y.data().data();
     const C sy = static_cast<C>(y.scale());
-    std::vector<C> raw(y.size());
-    lanes.for_each([&](std::size_t base, std::size_t stride) {
-        const C total = detail::lane_sum<C>(lanes.length, [&](std::size_t k) { return detail::load(pg[base + k * stride]); });
-        for (std::size_t k = 0; k < lanes.length; ++k) {
-            const std::size_t i = base + k * stride;
-            const C probability = math::exp(detail::bit_select(sy == C(0), C(0), detail::load(py[i]) * sy));
-            raw[i] = detail::load(pg[i]) - probability * total;
-        }
-    });
+    const auto lane_total = [&](std::size_t base, std::size_t stride) {
+        return detail::lane_sum<C>(lanes.length, [&](std::size_t k) { return detail::load(pg[base + k * stride]); });
+    };
+    const auto element = [pg, py, sy](std::size_t i, C total) {
+        const C probability = math::exp(detail::bit_select(sy == C(0), C(0), detail::load(py[i]) * sy));
+        return detail::load(pg[i]) - probability * total;
+    };
     scale_request request;
     request.natural = g.scale();
     request.input_scales[0] = g.scale();
     request.input_scales[1] = y.scale();
     request.input_count = 2;
     request.axis_length = lanes.length;
+    if (lanes.inner == 1 && lanes.length != 0) {  // contiguous lanes: stored straight from each lane's total (see normalise_along)
+        std::vector<C> totals(lanes.outer);
+        lanes.for_each([&](std::size_t base, std::size_t stride) { totals[base / lanes.length] = lane_total(base, stride); });
+        const auto at = [element, totals = totals.data()](std::size_t i, std::size_t, std::size_t lane) {
+            return element(i, totals[lane]);
+        };
+        return detail::finish<ops::vjp<ops::log_softmax>, Strategy, PG, G, C>(
+            "log_softmax_vjp", y.shape(), request, detail::periodic_source<decltype(at)>{at, lanes.length});
+    }
+    std::vector<C> raw(y.size());
+    lanes.for_each([&](std::size_t base, std::size_t stride) {
+        const C total = lane_total(base, stride);
+        for (std::size_t k = 0; k < lanes.length; ++k) raw[base + k * stride] = element(base + k * stride, total);
+    });
     return detail::finish<ops::vjp<ops::log_softmax>, Strategy, PG, G, C>("log_softmax_vjp", y.shape(), request,
                                                                           [&raw](std::size_t i) { return raw[i]; });
 }

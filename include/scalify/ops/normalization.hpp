@@ -120,26 +120,29 @@ template <class Op, bool Centred, class Strategy, class Out, class G, class PG, 
     }
     const lane_statistics<Centred, T, P> stats(x, length, eps);
     const std::size_t lanes = length == 0 ? 0 : x.size() / length;
-    // Per lane: y, then mean g and mean(g y) over the cotangent's data.
-    std::vector<C> raw(x.size());
     const T* d = x.data().data();
     const G* gd = g.data().data();
+    const double* mean = stats.mean.data();
+    const double* inverse_sigma = stats.inverse_sigma.data();
+    const bool zero = stats.zero_scale;  // y = 0 for a zero-scale x, whatever its data hold
+    const auto y_at = [d, mean, inverse_sigma, zero](std::size_t i, std::size_t lane) {
+        return bit_select(zero, 0.0, (double(load(d[i])) - mean[lane]) * inverse_sigma[lane]);
+    };
+    // Per lane, mean g and mean(g y) over the cotangent's data; then each element stored straight
+    // from them (a periodic_source: no buffer of raw results).
+    std::vector<double> g_means(lanes, 0.0), gy_means(lanes);
     parallel_lanes(lanes, length, [&](std::size_t first, std::size_t last) {
         for (std::size_t lane = first; lane < last; ++lane) {
             const std::size_t base = lane * length;
-            const T* row = d + base;
             const G* g_row = gd + base;
-            const double mu = stats.mean[lane], inverse = stats.inverse_sigma[lane];
-            const bool zero = stats.zero_scale;  // y = 0 for a zero-scale x, whatever its data hold
-            const auto y_at = [=](std::size_t i) { return bit_select(zero, 0.0, (double(load(row[i])) - mu) * inverse); };
-            const double g_mean = Centred ? lane_sum<double>(length, [g_row](std::size_t i) { return double(load(g_row[i])); }) / double(length)
-                                          : 0.0;
-            const double gy_mean = lane_sum<double>(length, [=](std::size_t i) { return double(load(g_row[i])) * y_at(i); }) / double(length);
-            for (std::size_t i = 0; i < length; ++i) {
-                raw[base + i] = static_cast<C>((double(load(g_row[i])) - g_mean - y_at(i) * gy_mean) * inverse);
-            }
+            if constexpr (Centred) g_means[lane] = lane_sum<double>(length, [g_row](std::size_t i) { return double(load(g_row[i])); }) / double(length);
+            gy_means[lane] = lane_sum<double>(length, [&](std::size_t i) { return double(load(g_row[i])) * y_at(base + i, lane); }) / double(length);
         }
     });
+    const auto at = [gd, y_at, inverse_sigma, g_mean = g_means.data(), gy_mean = gy_means.data()](std::size_t i, std::size_t,
+                                                                                                  std::size_t lane) {
+        return static_cast<C>((double(load(gd[i])) - g_mean[lane] - y_at(i, lane) * gy_mean[lane]) * inverse_sigma[lane]);
+    };
     // dx = (s_g / s_x) raw; a zero-scale x: inverse_sigma is already in the value's units.
     scale_request request;
     request.natural = stats.zero_scale ? g.scale() : static_cast<float>(double(g.scale()) / double(x.scale()));
@@ -150,7 +153,8 @@ template <class Op, bool Centred, class Strategy, class Out, class G, class PG, 
     if (!std::isfinite(request.natural)) {
         SCALIFY_THROW(scale_error(fmt::format("{}: the gradient's scale {} / {} overflows float32", op, g.scale(), x.scale())));
     }
-    return finish<ops::vjp<Op>, Strategy, PG, out_or_t<Out, G>, C>(op, g.shape(), request, [&raw](std::size_t i) { return raw[i]; });
+    return finish<ops::vjp<Op>, Strategy, PG, out_or_t<Out, G>, C>(op, g.shape(), request,
+                                                                  periodic_source<decltype(at)>{at, std::max<std::size_t>(length, 1)});
 }
 
 }  // namespace detail
