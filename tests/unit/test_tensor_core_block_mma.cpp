@@ -460,3 +460,96 @@ TEST_CASE("Blackwell block-scaled GEMMs chain their instruction along K", "[tens
         }
     }
 }
+
+namespace block_mma_test {
+
+/// A code of T: anything (mode 0), a third zeros (1), small magnitudes (2), or all zero (3).
+template <class T>
+T bmma_random_code(std::mt19937& rng, int mode)
+{
+    using storage = typename float_traits<T>::format::storage_type;
+    const unsigned bits = float_traits<T>::format::total_bits;
+    unsigned c = rng() & ((1u << bits) - 1);
+    if (mode == 1 && rng() % 3 == 0) c = 0;
+    if (mode == 2 && rng() % 2 == 0) c &= ~((1u << (bits - 1)) - 1) | 7u;
+    if (mode == 3) c = 0;
+    return float_traits<T>::from_bits(static_cast<storage>(c));
+}
+
+/// A scale: near 1 (mode 0), any code, NaN included (1), the extremes (2), any finite (3).
+template <class S>
+S bmma_random_scale(std::mt19937& rng, int mode)
+{
+    unsigned c = 0;
+    if constexpr (std::same_as<S, bmma_ue4m3>) {
+        c = mode == 0 ? 40 + rng() % 30 : mode == 2 ? (rng() % 2 ? rng() % 12 : 0x70 + rng() % 15) : rng() % 256;
+    } else {
+        c = mode == 0 ? 120 + rng() % 16 : mode == 1 ? rng() % 256 : mode == 2 ? (rng() % 2 ? rng() % 8 : 250 + rng() % 5) : rng() % 255;
+    }
+    return S::from_bits(static_cast<std::uint8_t>(c));
+}
+
+/// block_gemm (the lanes, the reference engine where they leave an output) against the reference
+/// engine alone, output by output, bit for bit.
+template <class Model, class TA, class TB>
+void bmma_check_lanes(std::size_t m, std::size_t k, std::size_t n, unsigned seed)
+{
+    using S = typename Model::instruction::scale_type;
+    constexpr std::size_t B = Model::instruction::scale_block;
+    for (int mode = 0; mode < 4; ++mode) {
+        for (int scale_mode = 0; scale_mode < 4; ++scale_mode) {
+            std::mt19937 rng(seed + 10 * static_cast<unsigned>(mode) + static_cast<unsigned>(scale_mode));
+            xt::xarray<TA> a = xt::xarray<TA>::from_shape({m, k});
+            xt::xarray<TB> b = xt::xarray<TB>::from_shape({k, n});
+            xt::xarray<S> sa = xt::xarray<S>::from_shape({m, k / B});
+            xt::xarray<S> sb = xt::xarray<S>::from_shape({k / B, n});
+            for (auto& x : a) x = bmma_random_code<TA>(rng, mode);
+            for (auto& x : b) x = bmma_random_code<TB>(rng, mode == 3 ? static_cast<int>(rng() % 2) * 3 : mode);
+            for (auto& x : sa) x = bmma_random_scale<S>(rng, scale_mode);
+            for (auto& x : sb) x = bmma_random_scale<S>(rng, scale_mode);
+            const xt::xarray<float> z = tc::block_gemm<Model>(a, sa, b, sb);
+            std::size_t differ = 0;
+            for (std::size_t i = 0; i < m; ++i)
+                for (std::size_t j = 0; j < n; ++j) {
+                    const float r = tc::detail::block_gemm_output<Model>(a.data(), sa.data(), b.data(), sb.data(), i, j, k, n);
+                    differ += bmma_bits(r) != bmma_bits(z(i, j)) ? 1 : 0;
+                }
+            INFO(Model::name << " data mode " << mode << ", scale mode " << scale_mode);
+            CHECK(differ == 0);
+        }
+    }
+}
+
+struct bmma_take_no_part_mx
+    : tc::block_scaled_model<25, 32, 32, tc::f8f6f4_operands, tc::scale_format::ue8m0, tc::block_adder::fused, 16,
+                             tc::block_rules<tc::zero_terms::take_no_part>> {
+    static constexpr const char* name = "take_no_part_mxf8f6f4";
+};
+struct bmma_take_no_part_mx_chain : tc::block_gemm_model<bmma_take_no_part_mx> {
+    static constexpr const char* name = "take_no_part_mxf8f6f4_chain";
+};
+struct bmma_take_no_part_nvfp4
+    : tc::block_scaled_model<35, 64, 16, tc::any_pair_of<float4_e2m1fn>, tc::scale_format::ue4m3,
+                             tc::block_adder::two_level, 16, tc::block_rules<tc::zero_terms::take_no_part>> {
+    static constexpr const char* name = "take_no_part_nvfp4";
+};
+struct bmma_take_no_part_nvfp4_chain : tc::block_gemm_model<bmma_take_no_part_nvfp4> {
+    static constexpr const char* name = "take_no_part_nvfp4_chain";
+};
+
+}  // namespace block_mma_test
+
+TEST_CASE("Blackwell block-scaled GEMMs: the lanes give the reference engine's bits", "[tensor_core][block_mma]")
+{
+    using namespace block_mma_test;
+    STATIC_REQUIRE(tc::detail::block_lane_fit<tc::b200_mxf8f6f4, float8_e4m3fn, float8_e5m2>::usable);
+    STATIC_REQUIRE(tc::detail::block_lane_fit<tc::b200_nvfp4, float4_e2m1fn, float4_e2m1fn>::usable);
+    // K = 96: a last, shorter instruction for the K = 64 units (zeros and the last block's scales).
+    bmma_check_lanes<tc::b200_mxf8f6f4_chain, float8_e4m3fn, float8_e4m3fn>(5, 96, 37, 1);
+    bmma_check_lanes<tc::b200_mxf8f6f4_chain, float8_e5m2, float6_e3m2fn>(4, 64, 33, 2);
+    bmma_check_lanes<tc::b200_mxf8f6f4_chain, float6_e2m3fn, float4_e2m1fn>(3, 32, 40, 3);
+    bmma_check_lanes<tc::b200_nvfp4_chain, float4_e2m1fn, float4_e2m1fn>(5, 96, 37, 4);
+    bmma_check_lanes<tc::b200_mxf4_chain, float4_e2m1fn, float4_e2m1fn>(4, 160, 35, 5);
+    bmma_check_lanes<bmma_take_no_part_mx_chain, float8_e4m3fn, float8_e5m2>(4, 96, 33, 6);
+    bmma_check_lanes<bmma_take_no_part_nvfp4_chain, float4_e2m1fn, float4_e2m1fn>(4, 112, 33, 7);
+}
