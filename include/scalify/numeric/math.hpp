@@ -74,6 +74,18 @@ template <class V>
     return std::bit_cast<V>((std::bit_cast<bits>(a) & mask) | (std::bit_cast<bits>(b) & ~mask));
 }
 
+/// c0 x^n + c1 x^(n-1) + ... + cn by Horner's rule, highest coefficient first, every product
+/// rounded on its own (rounded_product): h = c0, then h = h x + ci for each next ci. A negative
+/// coefficient is the same as subtracting its magnitude (a - b == a + (-b) in IEEE arithmetic).
+template <class... Coefficients>
+    requires(std::same_as<Coefficients, float> && ...)
+[[nodiscard]] constexpr float horner(float x, float c0, Coefficients... rest) noexcept
+{
+    float h = c0;
+    ((h = rounded_product(h, x) + rest), ...);
+    return h;
+}
+
 /// e^x = p * 2^k for finite x in [-104, 89]: k = round(x / ln 2), p = e^r for
 /// r = x - k ln 2 in about [-ln2/2, ln2/2] (k ln2_hi is exact: 8 bits times 15), p within 1 ulp.
 struct exp_parts {
@@ -88,12 +100,7 @@ struct exp_parts {
     const auto k_int = static_cast<std::int32_t>(std::bit_cast<std::uint32_t>(shifted) - std::bit_cast<std::uint32_t>(shifter));
     const float r = (x - rounded_product(k, 0x1.62e4p-1f)) - rounded_product(k, 0x1.7f7d1cp-20f);  // ln2 = hi + lo
     // e^r = 1 + r + r^2 q(r), q a minimax fit on [-ln2/2, ln2/2] (error 1.4e-9)
-    float q = 0x1.a124e4p-13f;
-    q = rounded_product(q, r) + 0x1.6d4316p-10f;
-    q = rounded_product(q, r) + 0x1.1110e0p-7f;
-    q = rounded_product(q, r) + 0x1.5554eap-5f;
-    q = rounded_product(q, r) + 0x1.555556p-3f;
-    q = rounded_product(q, r) + 0x1.0p-1f;
+    const float q = horner(r, 0x1.a124e4p-13f, 0x1.6d4316p-10f, 0x1.1110e0p-7f, 0x1.5554eap-5f, 0x1.555556p-3f, 0x1.0p-1f);
     return {1.0f + (r + rounded_product(rounded_product(r, r), q)), k_int};
 }
 
@@ -137,28 +144,15 @@ namespace math {
     const float a = std::bit_cast<float>(bits & 0x7fffffffu);
     // |x| < 1: x + x h(x^2), h(s) = erf(sqrt s) / sqrt s - 1 fitted on [0, 1] (error 1.2e-9)
     const float s = rounded_product(a, a);
-    float h = 0x1.4a5690p-14f;
-    h = rounded_product(h, s) - 0x1.a45088p-11f;
-    h = rounded_product(h, s) + 0x1.541270p-8f;
-    h = rounded_product(h, s) - 0x1.b7fabap-6f;
-    h = rounded_product(h, s) + 0x1.ce2d10p-4f;
-    h = rounded_product(h, s) - 0x1.81273ep-2f;
-    h = rounded_product(h, s) + 0x1.06eba8p-3f;
+    const float h = detail::horner(s, 0x1.4a5690p-14f, -0x1.a45088p-11f, 0x1.541270p-8f, -0x1.b7fabap-6f, 0x1.ce2d10p-4f,
+                                   -0x1.81273ep-2f, 0x1.06eba8p-3f);
     const float small = a + rounded_product(a, h);
     // |x| >= 1: 1 - e^(g(|x|) - x^2), g(x) = log(erfc x) + x^2 fitted in x - 2.5 on [1, 3.95]
     // (error 7e-9); |x| clamped to [1, 3.95] (NaN to 3.95): erfc(3.95) < 2^-25 rounds away.
     const float b = bit_select(a < 1.0f, 1.0f, bit_select(a <= 3.95f, a, 3.95f));
     const float u = b - 2.5f;
-    float g = -0x1.261b54p-24f;
-    g = rounded_product(g, u) + 0x1.b2d388p-20f;
-    g = rounded_product(g, u) - 0x1.b2d4f0p-17f;
-    g = rounded_product(g, u) + 0x1.448514p-14f;
-    g = rounded_product(g, u) - 0x1.b92dfap-12f;
-    g = rounded_product(g, u) + 0x1.1bcbaap-9f;
-    g = rounded_product(g, u) - 0x1.63ccb0p-7f;
-    g = rounded_product(g, u) + 0x1.cb9f8ap-5f;
-    g = rounded_product(g, u) - 0x1.692524p-2f;
-    g = rounded_product(g, u) - 0x1.8e8b72p+0f;
+    const float g = detail::horner(u, -0x1.261b54p-24f, 0x1.b2d388p-20f, -0x1.b2d4f0p-17f, 0x1.448514p-14f, -0x1.b92dfap-12f,
+                                   0x1.1bcbaap-9f, -0x1.63ccb0p-7f, 0x1.cb9f8ap-5f, -0x1.692524p-2f, -0x1.8e8b72p+0f);
     const auto [p, k] = detail::exp_reduce(g - rounded_product(b, b));  // in [-17, -1]: one factor 2^k
     const float large = 1.0f - rounded_product(p, detail::exp2_int(k));
     const float magnitude = bit_select(a < 1.0f, small, large);
