@@ -14,34 +14,35 @@ namespace scalify::detail {
 /// The number of running sums (or maxima) of lane_sum and lane_max.
 inline constexpr std::size_t lane_ways = 8;
 
+/// combine over term(i), i < n, in lane_ways running results from `initial`: term i goes into
+/// result i mod lane_ways, and the eight are combined as ((r0, r4), (r1, r5)), ((r2, r6), (r3, r7)).
+template <class V, class Term, class Combine>
+[[nodiscard]] inline V lane_reduce(std::size_t n, Term term, V initial, Combine combine)
+{
+    V part[lane_ways];
+    for (V& p : part) p = initial;
+    std::size_t i = 0;
+    for (; i + lane_ways <= n; i += lane_ways) {
+        for (std::size_t l = 0; l < lane_ways; ++l) part[l] = combine(part[l], term(i + l));
+    }
+    for (std::size_t l = 0; i < n; ++i, ++l) part[l] = combine(part[l], term(i));
+    return combine(combine(combine(part[0], part[4]), combine(part[1], part[5])),
+                   combine(combine(part[2], part[6]), combine(part[3], part[7])));
+}
+
 /// sum of term(i) over i < n, accumulated in V, in lane_ways running sums.
 template <class V, class Term>
 [[nodiscard]] inline V lane_sum(std::size_t n, Term term)
 {
-    V part[lane_ways] = {};
-    std::size_t i = 0;
-    for (; i + lane_ways <= n; i += lane_ways) {
-        for (std::size_t l = 0; l < lane_ways; ++l) part[l] += term(i + l);
-    }
-    for (std::size_t l = 0; i < n; ++i, ++l) part[l] += term(i);
-    return ((part[0] + part[4]) + (part[1] + part[5])) + ((part[2] + part[6]) + (part[3] + part[7]));
+    return lane_reduce<V>(n, term, V(0), [](V x, V y) { return x + y; });
 }
 
-/// max of term(i) over i < n as numpy.max has it (NaN if any term is NaN; -inf for n = 0),
+/// max of term(i) over i < n as numpy.max has it (NaN if any term is NaN; `lowest` for n = 0),
 /// in lane_ways running maxima. The max of any order is the same value.
 template <class V, class Term>
 [[nodiscard]] inline V lane_max(std::size_t n, Term term, V lowest)
 {
-    const auto nan_max = [](V x, V y) { return (x != x || x > y) ? x : y; };
-    V part[lane_ways];
-    for (V& p : part) p = lowest;
-    std::size_t i = 0;
-    for (; i + lane_ways <= n; i += lane_ways) {
-        for (std::size_t l = 0; l < lane_ways; ++l) part[l] = nan_max(part[l], term(i + l));
-    }
-    for (std::size_t l = 0; i < n; ++i, ++l) part[l] = nan_max(part[l], term(i));
-    return nan_max(nan_max(nan_max(part[0], part[4]), nan_max(part[1], part[5])),
-                   nan_max(nan_max(part[2], part[6]), nan_max(part[3], part[7])));
+    return lane_reduce<V>(n, term, lowest, [](V x, V y) { return (x != x || x > y) ? x : y; });
 }
 
 }  // namespace scalify::detail

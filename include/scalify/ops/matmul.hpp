@@ -483,24 +483,6 @@ struct batched_shapes {
     }
 };
 
-/// The array's data under a new shape of the same size, at the same scale: a copy, or the same
-/// memory for an array about to expire.
-template <class T, class P>
-[[nodiscard]] ScaledArray<T, P> with_shape(const ScaledArray<T, P>& a, std::vector<std::size_t> shape)
-{
-    xt::xarray<T> data = a.data();
-    data.reshape(shape);
-    return ScaledArray<T, P>(std::move(data), a.scale());
-}
-template <class T, class P>
-[[nodiscard]] ScaledArray<T, P> with_shape(ScaledArray<T, P>&& a, std::vector<std::size_t> shape)
-{
-    const float scale = a.scale();
-    xt::xarray<T> data = std::move(a).release_data();
-    data.reshape(shape);
-    return ScaledArray<T, P>(std::move(data), scale);
-}
-
 /// The raw data-domain products of every batch on Eigen's path (operands already in C), the
 /// batches across threads, then the scales once over the whole result (finish). One function per
 /// (NeedsAmax, R, C, P), whatever the operand types and strategy.
@@ -557,10 +539,10 @@ template <bool NeedsAmax, class Out, class A, class PA, class B, class PB>
     const std::size_t batches = s.batch_count(), m = s.m, k = s.k, n = s.n;
     if (s.b_batch.empty()) {
         std::optional<ScaledArray<B, PB>> column;  // a 1-D b as a (K, 1) matrix
-        if (s.b_vector) column = with_shape(b, {k, 1});
+        if (s.b_vector) column = scalify::reshape(b, {k, 1});
         std::optional<ScaledArray<A, PA>> row;  // a 1-D a as a (1, K) matrix; more axes are read as rows in place
-        if (s.a_vector) row = with_shape(a, {batches * m, k});
-        return with_shape(matmul_with<NeedsAmax, Out>(row ? *row : a, column ? *column : b, rule, no_buffer{}, gemm), s.out);
+        if (s.a_vector) row = scalify::reshape(a, {batches * m, k});
+        return scalify::reshape(matmul_with<NeedsAmax, Out>(row ? *row : a, column ? *column : b, rule, no_buffer{}, gemm), s.out);
     }
     const scale_request request = matmul_request(a, b, k);
     if constexpr (std::same_as<C, float>) {
@@ -694,7 +676,7 @@ template <class Strategy, class Out, class G, class PG, class A, class PA, class
     }
     const std::size_t m = s.m, k = s.k, n = s.n;
     std::optional<ScaledArray<B, PB>> column;  // a 1-D b as a (K, 1) matrix
-    if (s.b_vector) column = with_shape(b, {k, 1});
+    if (s.b_vector) column = scalify::reshape(b, {k, 1});
     const ScaledArray<B, PB>& matrix_b = column ? *column : b;
     using GA = decltype(matmul_transposed_b<Strategy, Out>(g, b));
     using GB = decltype(matmul_transposed_a<Strategy, Out>(a, g));
@@ -706,35 +688,35 @@ template <class Strategy, class Out, class G, class PG, class A, class PA, class
         // lacks its N axis where b is a vector, and its M axis where a is one.
         const std::size_t rows = s.batch_count() * m;
         std::optional<ScaledArray<G, PG>> g_row;
-        if (s.a_vector || s.b_vector) g_row = with_shape(g, {rows, n});
+        if (s.a_vector || s.b_vector) g_row = scalify::reshape(g, {rows, n});
         const ScaledArray<G, PG>& g_rows = g_row ? *g_row : g;
-        if (need_a) result.first = with_shape(matmul_transposed_b<Strategy, Out>(g_rows, matrix_b, grids_of(grids, &vjp_grids::g, &vjp_grids::b)), a_shape);
+        if (need_a) result.first = scalify::reshape(matmul_transposed_b<Strategy, Out>(g_rows, matrix_b, grids_of(grids, &vjp_grids::g, &vjp_grids::b)), a_shape);
         if (need_b) {
             std::optional<ScaledArray<A, PA>> a_row;
-            if (s.a_vector) a_row = with_shape(a, {rows, k});
+            if (s.a_vector) a_row = scalify::reshape(a, {rows, k});
             result.second =
-                with_shape(matmul_transposed_a<Strategy, Out>(a_row ? *a_row : a, g_rows,
+                scalify::reshape(matmul_transposed_a<Strategy, Out>(a_row ? *a_row : a, g_rows,
                                                        grids_of(grids, &vjp_grids::a, &vjp_grids::g)), b_shape);
         }
         return result;
     }
     std::vector<std::size_t> g_full = s.batch;
     g_full.insert(g_full.end(), {m, n});
-    const auto g_matrices = with_shape(g, g_full);
+    const auto g_matrices = scalify::reshape(g, g_full);
     if (need_a) {
         std::vector<std::size_t> own = s.a_batch;
         own.insert(own.end(), {m, k});
         const auto full = matmul_on_grids<Strategy, Out>(g_matrices, swap_last_axes(matrix_b),
                                                           grids_of(grids, &vjp_grids::g, &vjp_grids::b));
-        result.first = with_shape(unbroadcast<Strategy>(full, own), a_shape);
+        result.first = scalify::reshape(unbroadcast<Strategy>(full, own), a_shape);
     }
     if (need_b) {
-        const auto matrix_a = s.a_vector ? with_shape(a, {1, k}) : a;
+        const auto matrix_a = s.a_vector ? scalify::reshape(a, {1, k}) : a;
         std::vector<std::size_t> own = s.b_batch;
         own.insert(own.end(), {k, n});
         const auto full = matmul_on_grids<Strategy, Out>(swap_last_axes(matrix_a), g_matrices,
                                                           grids_of(grids, &vjp_grids::a, &vjp_grids::g));
-        result.second = with_shape(unbroadcast<Strategy>(full, own), b_shape);
+        result.second = scalify::reshape(unbroadcast<Strategy>(full, own), b_shape);
     }
     return result;
 }

@@ -143,19 +143,7 @@ template <class T, class P>
 }
 
 /// Same elements in row-major order under a new shape of the same size (shape_error otherwise).
-template <class T, class P>
-[[nodiscard]] ScaledArray<T, P> reshape(const ScaledArray<T, P>& a, std::vector<std::size_t> shape)
-{
-    if (detail::element_count(shape) != a.size()) {
-        SCALIFY_THROW(shape_error(fmt::format("reshape: cannot reshape {} ({} elements) to {}", shape_string(a.shape()),
-                                              a.size(), shape_string(shape))));
-    }
-    xt::xarray<T> data = a.data();
-    data.reshape(shape);
-    return ScaledArray<T, P>(std::move(data), a.scale());
-}
-
-/// reshape of an array the caller gives up: its memory, no copy (the backward pass's cotangents).
+/// An rvalue array gives up its memory: no copy (the backward pass's cotangents).
 template <class T, class P>
 [[nodiscard]] ScaledArray<T, P> reshape(ScaledArray<T, P>&& a, std::vector<std::size_t> shape)
 {
@@ -167,6 +155,11 @@ template <class T, class P>
     xt::xarray<T> data = std::move(a).release_data();
     data.reshape(shape);
     return ScaledArray<T, P>(std::move(data), scale);
+}
+template <class T, class P>
+[[nodiscard]] ScaledArray<T, P> reshape(const ScaledArray<T, P>& a, std::vector<std::size_t> shape)
+{
+    return reshape(ScaledArray<T, P>(a), std::move(shape));
 }
 
 /// Elements [first, last) along `axis`, as a new array. shape_error unless first <= last <= extent.
