@@ -702,21 +702,24 @@ template <class Strategy, class Out, class G, class PG, class A, class PA, class
     }
     std::vector<std::size_t> g_full = s.batch;
     g_full.insert(g_full.end(), {m, n});
-    const auto g_matrices = scalify::reshape(g, g_full);
+    std::optional<ScaledArray<G, PG>> g_reshaped;  // only where g lacks an axis (a 1-D operand)
+    if (!std::equal(g.shape().begin(), g.shape().end(), g_full.begin(), g_full.end())) g_reshaped = scalify::reshape(g, g_full);
+    const ScaledArray<G, PG>& g_matrices = g_reshaped ? *g_reshaped : g;
     if (need_a) {
         std::vector<std::size_t> own = s.a_batch;
         own.insert(own.end(), {m, k});
-        const auto full = matmul_on_grids<Strategy, Out>(g_matrices, swap_last_axes(matrix_b),
-                                                          grids_of(grids, &vjp_grids::g, &vjp_grids::b));
-        result.first = scalify::reshape(unbroadcast<Strategy>(full, own), a_shape);
+        auto full = matmul_on_grids<Strategy, Out>(g_matrices, swap_last_axes(matrix_b),
+                                                   grids_of(grids, &vjp_grids::g, &vjp_grids::b));
+        result.first = scalify::reshape(unbroadcast<Strategy>(std::move(full), own), a_shape);
     }
     if (need_b) {
-        const auto matrix_a = s.a_vector ? scalify::reshape(a, {1, k}) : a;
+        std::optional<ScaledArray<A, PA>> a_row;  // a 1-D a as a (1, K) matrix
+        if (s.a_vector) a_row = scalify::reshape(a, {1, k});
         std::vector<std::size_t> own = s.b_batch;
         own.insert(own.end(), {k, n});
-        const auto full = matmul_on_grids<Strategy, Out>(swap_last_axes(matrix_a), g_matrices,
-                                                          grids_of(grids, &vjp_grids::a, &vjp_grids::g));
-        result.second = scalify::reshape(unbroadcast<Strategy>(full, own), b_shape);
+        auto full = matmul_on_grids<Strategy, Out>(swap_last_axes(a_row ? *a_row : a), g_matrices,
+                                                   grids_of(grids, &vjp_grids::a, &vjp_grids::g));
+        result.second = scalify::reshape(unbroadcast<Strategy>(std::move(full), own), b_shape);
     }
     return result;
 }
