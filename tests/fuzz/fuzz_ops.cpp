@@ -170,6 +170,18 @@ void exercise(reader& in)
         guarded([&] { check_result(matmul(a, b)); });
         guarded([&] { check_result(matmul<dynamic_abs<float8_e4m3fn>>(a, b)); });
         guarded([&] { check_result(add<unit_scaling>(a, b)); });
+        // An expiring operand (either side, any broadcast) gives the bits of the copying form.
+        guarded([&] {
+            const auto same_bits = [&](const auto& moved, const auto& copied, const char* what) {
+                if (moved.scale() != copied.scale() || moved.shape() != copied.shape() ||
+                    std::memcmp(moved.data().data(), copied.data().data(), copied.size() * sizeof(T)) != 0) {
+                    fail(what);
+                }
+            };
+            same_bits(add<unit_scaling>(ScaledArray<T, P>(a), b), add<unit_scaling>(a, b), "add over an expiring a");
+            same_bits(sub(a, ScaledArray<T, P>(b)), sub(a, b), "sub over an expiring b");
+            same_bits(mul(ScaledArray<T, P>(a), -0.7), mul(a, -0.7), "mul by a scalar in place");
+        });
         guarded([&] { check_result(neg(a)); });
         guarded([&] { check_result(abs(a)); });
         guarded([&] { check_result(relu(a)); });

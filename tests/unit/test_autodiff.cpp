@@ -366,6 +366,75 @@ TEST_CASE("value_and_grad reads parameters in place; a parameter var that escape
     CHECK((tape.gradient_of(pv).as<float>().value() == xt::xarray<float>(xt::ones<float>({5}) * 3.0f)));
 }
 
+TEST_CASE("an op given an expiring var reuses its memory, with the bits of a copy", "[autodiff]")
+{
+    std::mt19937 rng(29);
+    using A = ScaledArray<float, pow2_scale>;
+    const A x = random_array<float, pow2_scale>(rng, {2, 3, 4}, 0.25f);
+    const A w = random_array<float, pow2_scale>(rng, {4, 6}, 2.0f);
+    const A b = random_array<float, pow2_scale>(rng, {6}, 0.5f);
+    // Each intermediate named (lvalues: copied), then the same model on temporaries (expiring).
+    const auto named = [](const auto& xv, const auto& wv, const auto& bv) {
+        const auto product = matmul(xv, wv);
+        const auto biased = product + bv;
+        const auto reshaped = reshape(biased, {2, 3, 2, 3});
+        const auto scaled = reshaped * 0.3;
+        const auto masked = causal_mask(scaled);
+        const auto shifted = masked - reshaped;  // reshaped read again: it must not be taken
+        const auto soft = softmax(reshape(shifted, {6, 6}), 1);
+        const auto again = reshape(soft, {36}) + reshape(soft, {36});  // softmax reads its own output
+        return reduce_sum(again * reshape(reshaped, {36}));
+    };
+    const auto expiring = [](const auto& xv, const auto& wv, const auto& bv) {
+        auto reshaped = reshape(matmul(xv, wv) + bv, {2, 3, 2, 3});
+        auto soft = softmax(reshape(causal_mask(reshaped * 0.3) - reshaped, {6, 6}), 1);
+        return reduce_sum((reshape(soft, {36}) + reshape(soft, {36})) * reshape(std::move(reshaped), {36}));
+    };
+    const auto [value_named, grads_named] = ad::value_and_grad<unit_scaling>(named, x, w, b);
+    const auto [value_expiring, grads_expiring] = ad::value_and_grad<unit_scaling>(expiring, x, w, b);
+    CHECK(value_named.scale() == value_expiring.scale());
+    CHECK((value_named.data() == value_expiring.data()));
+    const auto same = [](const auto& g, const auto& h) {
+        const auto gv = g.template as<float>(), hv = h.template as<float>();
+        CHECK(gv.scale() == hv.scale());
+        CHECK((gv.data() == hv.data()));
+    };
+    same(std::get<0>(grads_named), std::get<0>(grads_expiring));
+    same(std::get<1>(grads_named), std::get<1>(grads_expiring));
+    same(std::get<2>(grads_named), std::get<2>(grads_expiring));
+
+    // A taken var is left empty; one that something else still holds keeps its value.
+    ad::tape<pow2_scale> tape;
+    const auto vx = tape.watch<unit_scaling>(x);
+    auto y = vx * 2.0;
+    const float* y_memory = y.value().data().data();
+    auto z = reshape(std::move(y), {24});
+    CHECK(y.empty());
+    CHECK(z.value().data().data() == y_memory);  // no copy
+    auto kept = vx * 2.0;
+    const auto other = kept;  // a second holder
+    auto copied = reshape(std::move(kept), {24});
+    CHECK(other.value().size() == 24);
+    CHECK(copied.value().data().data() != other.value().data().data());
+    // A parameter is never taken, nor a softmax output (its backward reads it).
+    auto from_parameter = reshape(tape.watch<unit_scaling>(w), {24});
+    CHECK(from_parameter.value().size() == 24);
+    auto soft = softmax(vx, 2);
+    const float* soft_memory = soft.value().data().data();
+    auto soft_flat = reshape(std::move(soft), {24});
+    CHECK(soft_flat.value().data().data() != soft_memory);
+
+    // scalify::add over an expiring operand: the same bits, in its memory.
+    A sum_source = random_array<float, pow2_scale>(rng, {3, 4}, 4.0f);
+    const A row = random_array<float, pow2_scale>(rng, {4}, 0.125f);
+    const A copy_sum = add<unit_scaling>(sum_source, row);
+    const float* source_memory = sum_source.data().data();
+    const A moved_sum = add<unit_scaling>(std::move(sum_source), row);
+    CHECK(moved_sum.data().data() == source_memory);
+    CHECK(moved_sum.scale() == copy_sum.scale());
+    CHECK((moved_sum.data() == copy_sum.data()));
+}
+
 TEST_CASE("custom_op records a user backward rule", "[autodiff]")
 {
     std::mt19937 rng(19);

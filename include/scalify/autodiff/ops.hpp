@@ -49,16 +49,26 @@ concept var_operands = (is_var_v<X> || is_var_v<Y>) && (is_var_v<X> || is_scaled
 template <class X, class Y>
 using strategy_of_t = typename std::conditional_t<is_var_v<X>, X, Y>::strategy;
 
-/// x as a var of Strategy S: itself, or a constant made from a ScaledArray.
+/// x as a var of Strategy S: itself (moved when it expires), or a constant made from a ScaledArray.
 template <class S, class X>
-[[nodiscard]] auto lift(const X& x)
+[[nodiscard]] auto lift(X&& x)
 {
-    if constexpr (is_var_v<X>) {
-        static_assert(std::same_as<typename X::strategy, S>, "ad: operands are vars of different strategies");
-        return x;
+    using V = std::remove_cvref_t<X>;
+    if constexpr (is_var_v<V>) {
+        static_assert(std::same_as<typename V::strategy, S>, "ad: operands are vars of different strategies");
+        return V(std::forward<X>(x));
     } else {
-        return var<typename X::value_type, typename X::scale_policy, S>(x);
+        return var<typename V::value_type, typename V::scale_policy, S>(std::forward<X>(x));
     }
+}
+
+/// f(value of x), the value passed as an rvalue (an expiring ScaledArray whose memory f may
+/// reuse) when x's node lets it go (take_expiring), else as a const reference: no copy either way.
+template <class T, class P, class S, class F>
+[[nodiscard]] decltype(auto) with_value(var<T, P, S>& x, F&& f)
+{
+    if (std::optional<ScaledArray<T, P>> taken = take_expiring(x)) return f(std::move(*taken));
+    return f(x.value());
 }
 
 template <class T>
@@ -78,34 +88,49 @@ template <class G, class P>
 
 // ---- binary -----------------------------------------------------------------------------------
 
+namespace detail {
+/// add or sub (Op's forward f and backward rule vjp, which read the operands' shapes only): an
+/// expiring operand of the result's shape has the result stored over its memory.
+template <class S, class A, class B, class Forward, class Vjp>
+[[nodiscard]] auto additive(const char* op, A a, B b, Forward forward, Vjp vjp)
+{
+    auto a_shape = shape_vector(a.shape()), b_shape = shape_vector(b.shape());
+    auto output = with_value(a, [&](auto&& av) {
+        return with_value(b, [&](auto&& bv) { return forward(std::forward<decltype(av)>(av), std::forward<decltype(bv)>(bv)); });
+    });
+    return reads_no_output(record_op<S>(op, std::move(output), std::tuple{a, b},
+                                        [vjp, a_shape = std::move(a_shape), b_shape = std::move(b_shape)](
+                                            auto&& g, const auto&, const auto&, const auto&) {
+                                            auto r = vjp(std::forward<decltype(g)>(g), a_shape, b_shape);
+                                            return std::tuple{std::move(r.first), std::move(r.second)};
+                                        }));
+}
+}  // namespace detail
+
 /// a + b with broadcasting.
 template <class X, class Y>
-    requires detail::var_operands<X, Y>
-[[nodiscard]] auto add(const X& x, const Y& y)
+    requires detail::var_operands<std::remove_cvref_t<X>, std::remove_cvref_t<Y>>
+[[nodiscard]] auto add(X&& x, Y&& y)
 {
-    using S = detail::strategy_of_t<X, Y>;
-    const auto a = detail::lift<S>(x);
-    const auto b = detail::lift<S>(y);
-    return detail::record_op<S>("add", scalify::add<S>(a.value(), b.value()), std::tuple{a, b},
-                                [](auto&& g, const auto&, const auto& av, const auto& bv) {
-                                    auto r = scalify::add_vjp<S>(std::forward<decltype(g)>(g), av.shape(), bv.shape());
-                                    return std::tuple{std::move(r.first), std::move(r.second)};
-                                });
+    using S = detail::strategy_of_t<std::remove_cvref_t<X>, std::remove_cvref_t<Y>>;
+    return detail::additive<S>(
+        "add", detail::lift<S>(std::forward<X>(x)), detail::lift<S>(std::forward<Y>(y)),
+        [](auto&& a, auto&& b) { return scalify::add<S>(std::forward<decltype(a)>(a), std::forward<decltype(b)>(b)); },
+        [](auto&& g, const auto& a_shape, const auto& b_shape) {
+            return scalify::add_vjp<S>(std::forward<decltype(g)>(g), a_shape, b_shape);
+        });
 }
 
 /// a - b with broadcasting.
 template <class X, class Y>
-    requires detail::var_operands<X, Y>
-[[nodiscard]] auto sub(const X& x, const Y& y)
+    requires detail::var_operands<std::remove_cvref_t<X>, std::remove_cvref_t<Y>>
+[[nodiscard]] auto sub(X&& x, Y&& y)
 {
-    using S = detail::strategy_of_t<X, Y>;
-    const auto a = detail::lift<S>(x);
-    const auto b = detail::lift<S>(y);
-    return detail::record_op<S>("sub", scalify::sub<S>(a.value(), b.value()), std::tuple{a, b},
-                                [](const auto& g, const auto&, const auto& av, const auto& bv) {
-                                    auto r = scalify::sub_vjp<S>(g, av.shape(), bv.shape());
-                                    return std::tuple{std::move(r.first), std::move(r.second)};
-                                });
+    using S = detail::strategy_of_t<std::remove_cvref_t<X>, std::remove_cvref_t<Y>>;
+    return detail::additive<S>(
+        "sub", detail::lift<S>(std::forward<X>(x)), detail::lift<S>(std::forward<Y>(y)),
+        [](auto&& a, auto&& b) { return scalify::sub<S>(std::forward<decltype(a)>(a), std::forward<decltype(b)>(b)); },
+        [](const auto& g, const auto& a_shape, const auto& b_shape) { return scalify::sub_vjp<S>(g, a_shape, b_shape); });
 }
 
 namespace detail {
@@ -113,11 +138,11 @@ namespace detail {
 template <class S, class A, class B, class Forward, class Vjp>
 [[nodiscard]] auto binary_with_values(const char* op, const A& a, const B& b, Forward forward, Vjp vjp)
 {
-    return record_op<S>(op, forward(a.value(), b.value()), std::tuple{a, b},
-                        [vjp](const auto& g, const auto&, const auto& av, const auto& bv) {
-                            auto r = vjp(g, av, bv);
-                            return std::tuple{std::move(r.first), std::move(r.second)};
-                        });
+    return reads_no_output(record_op<S>(op, forward(a.value(), b.value()), std::tuple{a, b},
+                                        [vjp](const auto& g, const auto&, const auto& av, const auto& bv) {
+                                            auto r = vjp(g, av, bv);
+                                            return std::tuple{std::move(r.first), std::move(r.second)};
+                                        }));
 }
 }  // namespace detail
 
@@ -169,22 +194,27 @@ template <class X, class Y>
 
 // ---- with a scalar: the factor folds into the scale ---------------------------------------------
 
+// An expiring x (an rvalue var nothing else reads) is scaled in its own memory.
 template <class T, class P, class S>
-[[nodiscard]] var<T, P, S> mul(const var<T, P, S>& x, double c)
+[[nodiscard]] var<T, P, S> mul(var<T, P, S> x, double c)
 {
-    return detail::record_op<S>("mul", scalify::mul(x.value(), c), std::tuple{x},
-                                [c](const auto& g, const auto&, const auto&) { return std::tuple{scalify::mul(g, c)}; });
+    auto output = detail::with_value(x, [c](auto&& v) { return scalify::mul(std::forward<decltype(v)>(v), c); });
+    return detail::reads_no_output(detail::record_op<S>("mul", std::move(output), std::tuple{x}, [c](auto&& g, const auto&, const auto&) {
+        return std::tuple{scalify::mul(std::forward<decltype(g)>(g), c)};
+    }));
 }
 template <class T, class P, class S>
-[[nodiscard]] var<T, P, S> mul(double c, const var<T, P, S>& x)
+[[nodiscard]] var<T, P, S> mul(double c, var<T, P, S> x)
 {
-    return mul(x, c);
+    return mul(std::move(x), c);
 }
 template <class T, class P, class S>
-[[nodiscard]] var<T, P, S> div(const var<T, P, S>& x, double c)
+[[nodiscard]] var<T, P, S> div(var<T, P, S> x, double c)
 {
-    return detail::record_op<S>("div", scalify::div(x.value(), c), std::tuple{x},
-                                [c](const auto& g, const auto&, const auto&) { return std::tuple{scalify::div(g, c)}; });
+    auto output = detail::with_value(x, [c](auto&& v) { return scalify::div(std::forward<decltype(v)>(v), c); });
+    return detail::reads_no_output(detail::record_op<S>("div", std::move(output), std::tuple{x}, [c](auto&& g, const auto&, const auto&) {
+        return std::tuple{scalify::div(std::forward<decltype(g)>(g), c)};
+    }));
 }
 
 // ---- unary ------------------------------------------------------------------------------------
@@ -213,8 +243,9 @@ template <class T, class P, class S>
 template <class T, class P, class S>
 [[nodiscard]] var<T, P, S> gelu(const var<T, P, S>& x)
 {
-    return detail::record_op<S>("gelu", scalify::gelu<S>(x.value()), std::tuple{x},
-                                [](const auto& g, const auto&, const auto& xv) { return std::tuple{scalify::gelu_vjp<S>(g, xv)}; });
+    return detail::reads_no_output(detail::record_op<S>(
+        "gelu", scalify::gelu<S>(x.value()), std::tuple{x},
+        [](const auto& g, const auto&, const auto& xv) { return std::tuple{scalify::gelu_vjp<S>(g, xv)}; }));
 }
 
 template <class T, class P, class S>
@@ -401,19 +432,22 @@ template <class T, class P, class S>
     auto out = scalify::transpose(x.value(), perm);
     std::vector<std::size_t> inverse(perm.size());
     for (std::size_t d = 0; d < perm.size(); ++d) inverse[perm[d]] = d;
-    return detail::record_op<S>("transpose", std::move(out), std::tuple{x},
-                                [inverse = std::move(inverse)](const auto& g, const auto&, const auto&) {
-                                    return std::tuple{scalify::transpose(g, inverse)};
-                                });
+    return detail::reads_no_output(detail::record_op<S>("transpose", std::move(out), std::tuple{x},
+                                                        [inverse = std::move(inverse)](const auto& g, const auto&, const auto&) {
+                                                            return std::tuple{scalify::transpose(g, inverse)};
+                                                        }));
 }
 
+/// x with another shape: an expiring x (an rvalue var nothing else reads) gives its memory, no copy.
 template <class T, class P, class S>
-[[nodiscard]] var<T, P, S> reshape(const var<T, P, S>& x, std::vector<std::size_t> shape)
+[[nodiscard]] var<T, P, S> reshape(var<T, P, S> x, std::vector<std::size_t> shape)
 {
-    return detail::record_op<S>("reshape", scalify::reshape(x.value(), std::move(shape)), std::tuple{x},
-                                [](auto&& g, const auto&, const auto& xv) {
-                                    return std::tuple{scalify::reshape_vjp(std::forward<decltype(g)>(g), xv.shape())};
-                                });
+    auto x_shape = detail::shape_vector(x.shape());
+    auto output = detail::with_value(x, [&](auto&& v) { return scalify::reshape(std::forward<decltype(v)>(v), std::move(shape)); });
+    return detail::reads_no_output(detail::record_op<S>("reshape", std::move(output), std::tuple{x},
+                                                        [x_shape = std::move(x_shape)](auto&& g, const auto&, const auto&) {
+                                                            return std::tuple{scalify::reshape_vjp(std::forward<decltype(g)>(g), x_shape)};
+                                                        }));
 }
 
 namespace detail {
@@ -444,10 +478,10 @@ template <class G, class P, class Shape>
 template <class T, class P, class S>
 [[nodiscard]] var<T, P, S> slice(const var<T, P, S>& x, std::size_t axis, std::size_t first, std::size_t last)
 {
-    return detail::record_op<S>("slice", scalify::slice(x.value(), axis, first, last), std::tuple{x},
-                                [axis, first](const auto& g, const auto&, const auto& xv) {
-                                    return std::tuple{detail::pad_slice(g, xv.shape(), axis, first)};
-                                });
+    return detail::reads_no_output(detail::record_op<S>("slice", scalify::slice(x.value(), axis, first, last), std::tuple{x},
+                                                        [axis, first](const auto& g, const auto&, const auto& xv) {
+                                                            return std::tuple{detail::pad_slice(g, xv.shape(), axis, first)};
+                                                        }));
 }
 
 /// Parts joined along `axis`; each part's cotangent is its slice of the output's.
@@ -620,7 +654,7 @@ template <class S, class A, class B, class P>
 {
     const bool need_a = a.requires_grad(), need_b = b.requires_grad();
     using rule = sees_narrow_cotangents<model_cotangents<A, B>>;
-    return record_op<S, rule>("matmul", scalify::matmul<S>(a.value(), b.value()), std::tuple{a, b},
+    return reads_no_output(record_op<S, rule>("matmul", scalify::matmul<S>(a.value(), b.value()), std::tuple{a, b},
                         [need_a, need_b](const auto& g, const auto&, const auto& av, const auto& bv) {
                             using G = typename std::remove_cvref_t<decltype(g)>::value_type;
                             using widening = widened_matmul_backward<void, G, A, B>;
@@ -634,7 +668,7 @@ template <class S, class A, class B, class P>
                             } else {
                                 return matmul_backward<S, void>(g, av, bv, need_a, need_b);
                             }
-                        });
+                        }));
 }
 
 /// x rebalanced and cast to `format` as a matmul_precision_scope says (recipe_cast_array),
@@ -670,20 +704,20 @@ template <class R, class S, class A, class B, class P>
         return matmul_backward<S, Out>(recipe_grid(g, gradient, scaling), av, bv, need_a, need_b, grids);
     };
     if (precision.forward == dtype::float32) {
-        return record_op<S>("matmul", scalify::matmul<S>(a.value(), b.value()), std::tuple{a, b},
-                            [backward_on](const auto& g, const auto&, const auto& av, const auto& bv) {
-                                return backward_on(g, av, bv, dtype::float32);
-                            });
+        return reads_no_output(record_op<S>("matmul", scalify::matmul<S>(a.value(), b.value()), std::tuple{a, b},
+                                            [backward_on](const auto& g, const auto&, const auto& av, const auto& bv) {
+                                                return backward_on(g, av, bv, dtype::float32);
+                                            }));
     }
     const dtype forward = precision.forward;
     ScaledArray<float, P> a_grid = recipe_grid(a.value(), forward, scaling);
     ScaledArray<float, P> b_grid = recipe_grid(b.value(), forward, scaling);
     auto product = scalify::detail::matmul_on_grids<S, Out>(a_grid, b_grid, {forward, forward});
-    return record_op<S>("matmul", std::move(product), std::tuple{a, b},
-                        [backward_on, forward, a_grid = std::move(a_grid), b_grid = std::move(b_grid)](
-                            const auto& g, const auto&, const auto&, const auto&) {
-                            return backward_on(g, a_grid, b_grid, forward);
-                        });
+    return reads_no_output(record_op<S>("matmul", std::move(product), std::tuple{a, b},
+                                        [backward_on, forward, a_grid = std::move(a_grid), b_grid = std::move(b_grid)](
+                                            const auto& g, const auto&, const auto&, const auto&) {
+                                            return backward_on(g, a_grid, b_grid, forward);
+                                        }));
 }
 
 }  // namespace detail
@@ -714,10 +748,10 @@ template <class X, class Y>
 template <class T, class P, class S>
 [[nodiscard]] var<T, P, S> layer_norm(const var<T, P, S>& x, double eps = 1e-5)
 {
-    return detail::record_op<S>("layer_norm", scalify::layer_norm<S>(x.value(), eps), std::tuple{x},
+    return detail::reads_no_output(detail::record_op<S>("layer_norm", scalify::layer_norm<S>(x.value(), eps), std::tuple{x},
                                 [eps](const auto& g, const auto&, const auto& xv) {
                                     return std::tuple{scalify::layer_norm_vjp<S>(g, xv, eps)};
-                                });
+                                }));
 }
 
 /// rms_norm along the last axis (natural scale 1; normalization.hpp); backward rms_norm_vjp.
@@ -734,18 +768,21 @@ template <class T, class P, class S>
 template <class T, class P, class S, std::integral I>
 [[nodiscard]] var<T, P, S> embedding(const var<T, P, S>& table, const xt::xarray<I>& ids)
 {
-    return detail::record_op<S>("embedding", scalify::embedding(table.value(), ids), std::tuple{table},
+    return detail::reads_no_output(detail::record_op<S>("embedding", scalify::embedding(table.value(), ids), std::tuple{table},
                                 [ids, rows = table.shape()[0]](const auto& g, const auto&, const auto&) {
                                     return std::tuple{scalify::embedding_vjp<S>(g, ids, rows)};
-                                });
+                                }));
 }
 
 /// Scores with the future masked to -inf (sequence.hpp); the cotangent's masked entries zeroed.
 template <class T, class P, class S>
-[[nodiscard]] var<T, P, S> causal_mask(const var<T, P, S>& scores)
+[[nodiscard]] var<T, P, S> causal_mask(var<T, P, S> scores)
 {
-    return detail::record_op<S>("causal_mask", scalify::causal_mask(scores.value()), std::tuple{scores},
-                                [](const auto& g, const auto&, const auto&) { return std::tuple{scalify::causal_mask_vjp(g)}; });
+    auto output = detail::with_value(scores, [](auto&& v) { return scalify::causal_mask(std::forward<decltype(v)>(v)); });
+    return detail::reads_no_output(detail::record_op<S>("causal_mask", std::move(output), std::tuple{scores},
+                                                        [](auto&& g, const auto&, const auto&) {
+                                                            return std::tuple{scalify::causal_mask_vjp(std::forward<decltype(g)>(g))};
+                                                        }));
 }
 
 /// Scaled dot-product attention as a composition of the differentiable ops:
@@ -766,9 +803,10 @@ template <class T, class P, class S>
     for (std::size_t d = 0; d < swap_last.size(); ++d) swap_last[d] = d;
     std::swap(swap_last[swap_last.size() - 2], swap_last[swap_last.size() - 1]);
     const double head_size = static_cast<double>(q.shape()[q.dimension() - 1]);
-    auto scores = matmul(q, transpose(k, std::move(swap_last))) * (1.0 / std::sqrt(head_size));
-    if (causal) scores = causal_mask(scores);
-    return matmul(softmax(scores, scores.dimension() - 1), v);
+    auto scores = matmul(q, transpose(k, std::move(swap_last))) * (1.0 / std::sqrt(head_size));  // scaled in place
+    if (causal) scores = causal_mask(std::move(scores));                                           // masked in place
+    const std::size_t last = scores.dimension() - 1;
+    return matmul(softmax(std::move(scores), last), v);
 }
 
 // ---- loss -------------------------------------------------------------------------------------
@@ -793,16 +831,16 @@ template <class T, class P, class S, class Labels>
 // ---- operators --------------------------------------------------------------------------------
 
 template <class X, class Y>
-    requires detail::var_operands<X, Y>
-[[nodiscard]] auto operator+(const X& x, const Y& y)
+    requires detail::var_operands<std::remove_cvref_t<X>, std::remove_cvref_t<Y>>
+[[nodiscard]] auto operator+(X&& x, Y&& y)
 {
-    return add(x, y);
+    return add(std::forward<X>(x), std::forward<Y>(y));
 }
 template <class X, class Y>
-    requires detail::var_operands<X, Y>
-[[nodiscard]] auto operator-(const X& x, const Y& y)
+    requires detail::var_operands<std::remove_cvref_t<X>, std::remove_cvref_t<Y>>
+[[nodiscard]] auto operator-(X&& x, Y&& y)
 {
-    return sub(x, y);
+    return sub(std::forward<X>(x), std::forward<Y>(y));
 }
 template <class X, class Y>
     requires detail::var_operands<X, Y>
@@ -822,19 +860,19 @@ template <class T, class P, class S>
     return neg(x);
 }
 template <class T, class P, class S>
-[[nodiscard]] var<T, P, S> operator*(const var<T, P, S>& x, double c)
+[[nodiscard]] var<T, P, S> operator*(var<T, P, S> x, double c)
 {
-    return mul(x, c);
+    return mul(std::move(x), c);
 }
 template <class T, class P, class S>
-[[nodiscard]] var<T, P, S> operator*(double c, const var<T, P, S>& x)
+[[nodiscard]] var<T, P, S> operator*(double c, var<T, P, S> x)
 {
-    return mul(x, c);
+    return mul(std::move(x), c);
 }
 template <class T, class P, class S>
-[[nodiscard]] var<T, P, S> operator/(const var<T, P, S>& x, double c)
+[[nodiscard]] var<T, P, S> operator/(var<T, P, S> x, double c)
 {
-    return div(x, c);
+    return div(std::move(x), c);
 }
 
 }  // namespace scalify::ad

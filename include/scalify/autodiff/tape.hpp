@@ -34,6 +34,7 @@
 #include <functional>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string_view>
 #include <tuple>
@@ -131,10 +132,10 @@ struct node_base {
 
 struct borrow_t {};
 
-/// grad += g: equal types are summed by add<Strategy>; different types are first widened
-/// (exactly) to float, or double if either is double, which is what add's promotion would
-/// compute. A function of the gradient alone, so its 36 type pairs are instantiated once per
-/// (policy, strategy) rather than once per node type.
+/// grad += g: equal types are summed by add<Strategy> (stored over the held sum's memory, or
+/// g's); different types are first widened (exactly) to float, or double if either is double,
+/// which is what add's promotion would compute. A function of the gradient alone, so its 36 type
+/// pairs are instantiated once per (policy, strategy) rather than once per node type.
 template <class Strategy, ScalePolicy P, ScaledElement G>
 void accumulate_gradient(gradient<P>& grad, ScaledArray<G, P> g)
 {
@@ -142,10 +143,10 @@ void accumulate_gradient(gradient<P>& grad, ScaledArray<G, P> g)
         grad = gradient<P>(std::move(g));
         return;
     }
-    grad = grad.visit([&](const auto& held) -> gradient<P> {
+    grad = std::move(grad).visit([&](auto&& held) -> gradient<P> {
         using H = typename std::remove_cvref_t<decltype(held)>::value_type;
         if constexpr (std::same_as<H, G>) {
-            return scalify::add<Strategy>(held, g);
+            return scalify::add<Strategy>(std::move(held), std::move(g));
         } else {
             using C = std::conditional_t<std::same_as<H, double> || std::same_as<G, double>, double, float>;
             return scalify::add<Strategy>(scalify::cast<C>(held), scalify::cast<C>(g));
@@ -161,6 +162,28 @@ struct value_node final : node_base<P> {
     value_node(borrow_t, const ScaledArray<T, P>& v) : m_borrowed(&v) {}
 
     [[nodiscard]] const ScaledArray<T, P>& value() const noexcept { return m_borrowed ? *m_borrowed : m_own; }
+    /// The value's shape (kept when the value was released).
+    [[nodiscard]] std::span<const std::size_t> shape() const noexcept
+    {
+        if (m_released) return m_released_shape;
+        const auto& s = value().shape();
+        return {s.data(), s.size()};
+    }
+    /// Whether a consumer that is the last holder of this node may take the value: it is owned
+    /// (not a parameter read in place), still here, and no backward rule reads it (the node's own
+    /// rule does not, for a recorded op: see reads_no_output).
+    [[nodiscard]] bool releasable() const noexcept
+    {
+        return m_borrowed == nullptr && !m_released && (this->tape == nullptr || !backward_reads_output);
+    }
+    /// Moves the value out (to a consumer that reuses its memory); the shape stays for the
+    /// cotangent's check.
+    [[nodiscard]] ScaledArray<T, P> release_value()
+    {
+        m_released_shape.assign(m_own.shape().begin(), m_own.shape().end());
+        m_released = true;
+        return std::move(m_own);
+    }
     [[nodiscard]] erased_array erased_value() const override { return erase(value()); }
     void own_value() override
     {
@@ -174,18 +197,25 @@ struct value_node final : node_base<P> {
     template <ScaledElement G>
     void accumulate(ScaledArray<G, P> g)
     {
-        if (!std::equal(g.shape().begin(), g.shape().end(), value().shape().begin(), value().shape().end())) {
+        const auto own = shape();
+        if (!std::equal(g.shape().begin(), g.shape().end(), own.begin(), own.end())) {
             SCALIFY_THROW(shape_error(fmt::format(
                 "backward: a cotangent of shape {} reached a value of shape {} (node {} of its tape): a custom "
                 "op's backward function returned the wrong shape",
-                shape_string(g.shape()), shape_string(value().shape()), this->index)));
+                shape_string(g.shape()), shape_string(own), this->index)));
         }
         accumulate_gradient<Strategy>(this->grad, std::move(g));
     }
 
+    /// Whether the op that recorded this node reads its output in its backward rule (softmax,
+    /// exp, ...: the default); reads_no_output clears it for the ops that do not.
+    bool backward_reads_output = true;
+
 private:
     ScaledArray<T, P> m_own;
     const ScaledArray<T, P>* m_borrowed = nullptr;
+    std::vector<std::size_t> m_released_shape;
+    bool m_released = false;
 };
 
 template <ScalePolicy P>
@@ -343,6 +373,30 @@ struct var_access {
     {
         return t.m_state.get();
     }
+    /// x's value moved out when x is its last reader (see take_expiring), else nullopt.
+    template <class T, class P, class S>
+    static std::optional<ScaledArray<T, P>> take(var<T, P, S>& x)
+    {
+        value_node<T, P, S>* const n = x.m_node.get();
+        if (n == nullptr || !n->releasable()) return std::nullopt;
+        // Held by x and by its tape only: no other var or recorded consumer can read it again.
+        const long holders = n->tape == nullptr ? 1 : 2;
+        if (x.m_node.use_count() != holders || observer_of(n->tape) != nullptr) return std::nullopt;
+        return n->release_value();
+    }
+    /// Empties x (after an op took its value: x was an expiring argument).
+    template <class T, class P, class S>
+    static void clear(var<T, P, S>& x) noexcept
+    {
+        x.m_node.reset();
+        x.m_tape.reset();
+        x.m_has_tape = false;
+    }
+    template <class T, class P, class S>
+    static void mark_output_unread(const var<T, P, S>& x) noexcept
+    {
+        if (x.m_node) x.m_node->backward_reads_output = false;
+    }
     template <class T, class P, class S>
     static var<T, P, S> make(std::shared_ptr<value_node<T, P, S>> node, const std::shared_ptr<tape_state<P>>& state)
     {
@@ -355,6 +409,27 @@ struct var_access {
         return out;
     }
 };
+
+/// The value of an expiring argument x, moved out of its node when nothing can read it again:
+/// only x and its tape hold the node, the node's own backward rule does not read it (see
+/// reads_no_output), it is not a parameter read in place, and no inspection observes the tape.
+/// Then an op reuses its memory (a reshape, a scalar factor, a mask, an add in place) instead of
+/// copying it; the op's own backward rule must not read that input's value (only its shape,
+/// captured). nullopt otherwise: the op reads x.value() as for an lvalue.
+template <class T, class P, class S>
+[[nodiscard]] std::optional<ScaledArray<T, P>> take_expiring(var<T, P, S>& x)
+{
+    return var_access::take(x);
+}
+
+/// x, marked as the output of an op whose backward rule reads its inputs only (add, matmul,
+/// reshape, ...): a consumer that expires it may take its value (take_expiring).
+template <class T, class P, class S>
+[[nodiscard]] var<T, P, S> reads_no_output(var<T, P, S> x) noexcept
+{
+    var_access::mark_output_unread(x);
+    return x;
+}
 
 /// Sends cotangent c to the input node n, unless c is no_gradient or n needs none.
 template <class Node, class Cotangent>

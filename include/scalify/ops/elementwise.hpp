@@ -57,10 +57,11 @@ struct nan_min_fn {
 };
 
 /// Binary op whose raw result is f(x * ka, y * kb) with natural scale `natural`, its scale from
-/// `rule` (strategy-free: see finish_by_rule).
+/// `rule` (strategy-free: see finish_by_rule). `reuse`: see finish_by_rule (expiring_buffer).
 template <bool NeedsAmax, class Out, class A, class PA, class B, class PB, class F>
 [[nodiscard]] auto binary_by_rule(const char* op, const ScaledArray<A, PA>& a, const ScaledArray<B, PB>& b, double ka,
-                                  double kb, scale_request request, scale_rule rule, F f)
+                                  double kb, scale_request request, scale_rule rule, F f,
+                                  xt::xarray<out_or_t<Out, promote_t<A, B>>>* reuse = nullptr)
 {
     using C = std::common_type_t<compute_t<A>, compute_t<B>>;
     using R = out_or_t<Out, promote_t<A, B>>;
@@ -87,10 +88,29 @@ template <bool NeedsAmax, class Out, class A, class PA, class B, class PB, class
         const auto at = [=](std::size_t i, std::size_t j, std::size_t) {
             return f(ka_single == C(0) ? C(0) : load(pa[i]) * ka_single, kb_single == C(0) ? C(0) : load(pb[j]) * kb_single);
         };
-        return finish_by_rule<NeedsAmax, P, R, C>(op, shape, request, rule, periodic_source<decltype(at)>{at, period});
+        return finish_by_rule<NeedsAmax, P, R, C>(op, shape, request, rule, periodic_source<decltype(at)>{at, period}, reuse);
     }
     const auto at = [=](std::size_t i, std::size_t j, std::size_t) { return f(scaled_load(pa[i], ca), scaled_load(pb[j], cb)); };
-    return finish_by_rule<NeedsAmax, P, R, C>(op, shape, request, rule, periodic_source<decltype(at)>{at, period});
+    return finish_by_rule<NeedsAmax, P, R, C>(op, shape, request, rule, periodic_source<decltype(at)>{at, period}, reuse);
+}
+
+/// The memory of an expiring operand (an rvalue ScaledArray) that has the result's element type
+/// R, for the result to be stored over (finish_by_rule checks its shape): a's, else b's, else
+/// nullptr. An rvalue argument is the caller's to overwrite, so the const_cast is sound.
+template <class R, class X, class Y>
+[[nodiscard]] xt::xarray<R>* expiring_buffer(X&& a, Y&& b) noexcept
+{
+    using A = std::remove_cvref_t<X>;
+    using B = std::remove_cvref_t<Y>;
+    if constexpr (!std::is_lvalue_reference_v<X> && !std::is_const_v<std::remove_reference_t<X>> &&
+                  std::same_as<typename A::value_type, R>) {
+        if (a.size() >= b.size()) return &const_cast<xt::xarray<R>&>(a.data());
+    }
+    if constexpr (!std::is_lvalue_reference_v<Y> && !std::is_const_v<std::remove_reference_t<Y>> &&
+                  std::same_as<typename B::value_type, R>) {
+        return &const_cast<xt::xarray<R>&>(b.data());
+    }
+    return nullptr;
 }
 
 /// binary_by_rule under Strategy's rule for Op.
@@ -105,20 +125,22 @@ template <class Op, class Strategy, class Out, class A, class PA, class B, class
 /// add/sub/maximum/minimum: both operands brought to m = max(sa, sb).
 template <bool NeedsAmax, class Out, class A, class PA, class B, class PB, class F>
 [[nodiscard]] auto common_scale_binary_by_rule(const char* op, const ScaledArray<A, PA>& a, const ScaledArray<B, PB>& b,
-                                               scale_rule rule, F f)
+                                               scale_rule rule, F f,
+                                               xt::xarray<out_or_t<Out, promote_t<A, B>>>* reuse = nullptr)
 {
     const float m = std::max(a.scale(), b.scale());
     scale_request request;
     request.natural = m;
     const double ka = m == 0.0f ? 0.0 : double(a.scale()) / m;
     const double kb = m == 0.0f ? 0.0 : double(b.scale()) / m;
-    return binary_by_rule<NeedsAmax, Out>(op, a, b, ka, kb, request, rule, f);
+    return binary_by_rule<NeedsAmax, Out>(op, a, b, ka, kb, request, rule, f, reuse);
 }
 template <class Op, class Strategy, class Out, class A, class PA, class B, class PB, class F>
-[[nodiscard]] auto common_scale_binary(const char* op, const ScaledArray<A, PA>& a, const ScaledArray<B, PB>& b, F f)
+[[nodiscard]] auto common_scale_binary(const char* op, const ScaledArray<A, PA>& a, const ScaledArray<B, PB>& b, F f,
+                                       xt::xarray<out_or_t<Out, promote_t<A, B>>>* reuse = nullptr)
 {
-    return common_scale_binary_by_rule<needs_amax_v<Strategy>, Out>(op, a, b,
-                                                                    rule_for<Op, Strategy, common_policy_t<PA, PB>>(), f);
+    return common_scale_binary_by_rule<needs_amax_v<Strategy>, Out>(
+        op, a, b, rule_for<Op, Strategy, common_policy_t<PA, PB>>(), f, reuse);
 }
 
 /// Unary op with raw = f(data) and the given natural scale, its scale from `rule`.
@@ -138,18 +160,24 @@ template <bool NeedsAmax, class Out, class T, class P, class F>
 
 // ---- binary -----------------------------------------------------------------------------------
 
-/// a + b. Natural scale max(sa, sb); the other operand is rescaled into it.
-template <class Strategy = default_scaling, class Out = void, class A, class PA, class B, class PB>
-[[nodiscard]] auto add(const ScaledArray<A, PA>& a, const ScaledArray<B, PB>& b)
+/// a + b. Natural scale max(sa, sb); the other operand is rescaled into it. An expiring operand
+/// (an rvalue) of the result's type and shape has the result stored over its memory (the same
+/// bits; no new array).
+template <class Strategy = default_scaling, class Out = void, AnyScaledArray X, AnyScaledArray Y>
+[[nodiscard]] auto add(X&& a, Y&& b)
 {
-    return detail::common_scale_binary<ops::add, Strategy, Out>("add", a, b, detail::plus_fn{});
+    using R = detail::out_or_t<Out, promote_t<typename std::remove_cvref_t<X>::value_type, typename std::remove_cvref_t<Y>::value_type>>;
+    return detail::common_scale_binary<ops::add, Strategy, Out>("add", a, b, detail::plus_fn{},
+                                                                detail::expiring_buffer<R>(std::forward<X>(a), std::forward<Y>(b)));
 }
 
 /// a - b. As add.
-template <class Strategy = default_scaling, class Out = void, class A, class PA, class B, class PB>
-[[nodiscard]] auto sub(const ScaledArray<A, PA>& a, const ScaledArray<B, PB>& b)
+template <class Strategy = default_scaling, class Out = void, AnyScaledArray X, AnyScaledArray Y>
+[[nodiscard]] auto sub(X&& a, Y&& b)
 {
-    return detail::common_scale_binary<ops::sub, Strategy, Out>("sub", a, b, detail::minus_fn{});
+    using R = detail::out_or_t<Out, promote_t<typename std::remove_cvref_t<X>::value_type, typename std::remove_cvref_t<Y>::value_type>>;
+    return detail::common_scale_binary<ops::sub, Strategy, Out>("sub", a, b, detail::minus_fn{},
+                                                                detail::expiring_buffer<R>(std::forward<X>(a), std::forward<Y>(b)));
 }
 
 /// Element-wise maximum (NaN propagates). Natural scale max(sa, sb); a zero-scale operand is
@@ -291,10 +319,11 @@ namespace detail {
 /// [1, 2), multiplies the data), its sign into the data. c = 0 gives a zero array; c inf or NaN
 /// multiplies the data (results inf/NaN as IEEE).
 template <class T, class P>
-[[nodiscard]] ScaledArray<T, P> scale_by(const char* op, const ScaledArray<T, P>& a, double c)
+[[nodiscard]] ScaledArray<T, P> scale_by(const char* op, ScaledArray<T, P> a, double c)
 {
     using C = compute_t<T>;
-    if (c == 0.0) return ScaledArray<T, P>(a.data(), 0.0f);
+    const float a_scale = a.scale();
+    if (c == 0.0) return ScaledArray<T, P>(std::move(a).release_data(), 0.0f);
     double fold = std::abs(c);
     double data_factor = c < 0 ? -1.0 : 1.0;
     if (!std::isfinite(c)) {
@@ -306,16 +335,16 @@ template <class T, class P>
         fold = std::ldexp(1.0, exponent - 1);
         data_factor *= 2.0 * mantissa;
     }
-    const double scale = double(a.scale()) * fold;
+    const double scale = double(a_scale) * fold;
     if (!(scale <= double(std::numeric_limits<float>::max()))) {
-        SCALIFY_THROW(scale_error(fmt::format("{}: scale {} times {} overflows float32", op, a.scale(), c)));
+        SCALIFY_THROW(scale_error(fmt::format("{}: scale {} times {} overflows float32", op, a_scale, c)));
     }
-    if (data_factor == 1.0) return ScaledArray<T, P>(a.data(), static_cast<float>(scale));
-    xt::xarray<T> data = xt::xarray<T>::from_shape(a.shape());
-    const T* in = a.data().data();
-    T* out = data.data();
-    const auto k = static_cast<C>(data_factor);
-    for (std::size_t i = 0; i < a.size(); ++i) out[i] = store<T>(load(in[i]) * k);
+    xt::xarray<T> data = std::move(a).release_data();  // a is this function's own copy (or moved in)
+    if (data_factor != 1.0) {
+        T* values = data.data();
+        const auto k = static_cast<C>(data_factor);
+        for (std::size_t i = 0; i < data.size(); ++i) values[i] = store<T>(load(values[i]) * k);
+    }
     return ScaledArray<T, P>(std::move(data), static_cast<float>(scale));
 }
 
@@ -323,21 +352,22 @@ template <class T, class P>
 
 /// a * c for a scalar c: folds into the scale (see detail::scale_by); data unchanged for c > 0
 /// under float_scale and for powers of two under pow2_scale.
+/// An expiring a (an rvalue) is scaled in its own memory.
 template <class T, class P>
-[[nodiscard]] ScaledArray<T, P> mul(const ScaledArray<T, P>& a, double c)
+[[nodiscard]] ScaledArray<T, P> mul(ScaledArray<T, P> a, double c)
 {
-    return detail::scale_by("mul", a, c);
+    return detail::scale_by("mul", std::move(a), c);
 }
 template <class T, class P>
-[[nodiscard]] ScaledArray<T, P> mul(double c, const ScaledArray<T, P>& a)
+[[nodiscard]] ScaledArray<T, P> mul(double c, ScaledArray<T, P> a)
 {
-    return detail::scale_by("mul", a, c);
+    return detail::scale_by("mul", std::move(a), c);
 }
 /// a / c for a scalar c: as mul(a, 1 / c), with 1 / c formed in double.
 template <class T, class P>
-[[nodiscard]] ScaledArray<T, P> div(const ScaledArray<T, P>& a, double c)
+[[nodiscard]] ScaledArray<T, P> div(ScaledArray<T, P> a, double c)
 {
-    return detail::scale_by("div", a, 1.0 / c);
+    return detail::scale_by("div", std::move(a), 1.0 / c);
 }
 
 // ---- unary --------------------------------------------------------------------------------------

@@ -161,13 +161,15 @@ inline constexpr bool needs_amax_v = [] {
 
 /// `rule`'s scale (NeedsAmax: the rule reads request.raw_amax); raw_at(i) gives element i of the
 /// raw result in compute type C (value = raw * request.natural), or raw_at is a periodic_source.
-/// Evaluates raw_at once per element.
+/// Evaluates raw_at once per element. `reuse`, when not null and of `shape`, is the memory of an
+/// expiring operand that raw_at reads element i of only for element i: the result is stored over it.
 template <bool NeedsAmax, ScalePolicy Policy, ScaledElement Out, class C, class Shape, class RawAt>
 [[nodiscard]] ScaledArray<Out, Policy> finish_by_rule(const char* op, const Shape& shape, scale_request request,
-                                                      scale_rule rule, RawAt&& raw_at)
+                                                      scale_rule rule, RawAt&& raw_at, xt::xarray<Out>* reuse = nullptr)
 {
     const std::size_t n = element_count(shape);
-    xt::xarray<Out> data = xt::xarray<Out>::from_shape(shape);
+    const bool reusable = reuse != nullptr && std::equal(reuse->shape().begin(), reuse->shape().end(), shape.begin(), shape.end());
+    xt::xarray<Out> data = reusable ? std::move(*reuse) : xt::xarray<Out>::from_shape(shape);
     Out* out = data.data();
 
     // `source` is taken by value: a local copy of the element lambda (pointers and factors) that

@@ -136,34 +136,38 @@ template <class Strategy = default_scaling, class Out = void, class G, class P, 
 
 /// Scores (..., T_q, T_k) with entry (i, j) set to -inf where j > i (PyTorch's is_causal): same
 /// type and scale, the scale 1 for a zero-scale input (see the file comment). T needs an
-/// infinity (float, double, half, bfloat16, float8_e5m2: not float8_e4m3fn).
+/// infinity (float, double, half, bfloat16, float8_e5m2: not float8_e4m3fn). Expiring scores (an
+/// rvalue) are masked in their own memory.
 template <class T, class P>
-[[nodiscard]] ScaledArray<T, P> causal_mask(const ScaledArray<T, P>& scores)
+[[nodiscard]] ScaledArray<T, P> causal_mask(ScaledArray<T, P> scores)
 {
     static_assert(std::numeric_limits<T>::has_infinity,
                   "causal_mask: the scores' type has no infinity to mask with (use float, half, bfloat16 or float8_e5m2)");
     const detail::causal_layout layout("causal_mask", scores.shape());
-    const bool zero_scale = scores.scale() == 0.0f;
-    xt::xarray<T> data = scores.data();
+    const float scale = scores.scale();
+    const bool zero_scale = scale == 0.0f;
+    xt::xarray<T> data = std::move(scores).release_data();
     const T zero = detail::store<T>(compute_t<T>(0));
     if (zero_scale) std::fill_n(data.data(), data.size(), zero);
     layout.for_each_masked_run(data.size(), [&data](std::size_t first, std::size_t last) {
         std::fill(data.data() + first, data.data() + last, -std::numeric_limits<T>::infinity());
     });
-    return ScaledArray<T, P>(std::move(data), zero_scale ? 1.0f : scores.scale());
+    return ScaledArray<T, P>(std::move(data), zero_scale ? 1.0f : scale);
 }
 
-/// Gradient of causal_mask: the cotangent with the masked entries zeroed (same scale).
+/// Gradient of causal_mask: the cotangent with the masked entries zeroed (same scale; in g's own
+/// memory when g expires).
 template <class G, class P>
-[[nodiscard]] ScaledArray<G, P> causal_mask_vjp(const ScaledArray<G, P>& g)
+[[nodiscard]] ScaledArray<G, P> causal_mask_vjp(ScaledArray<G, P> g)
 {
     const detail::causal_layout layout("causal_mask_vjp", g.shape());
-    xt::xarray<G> data = g.data();
+    const float scale = g.scale();
+    xt::xarray<G> data = std::move(g).release_data();
     const G zero = detail::store<G>(compute_t<G>(0));
     layout.for_each_masked_run(data.size(), [&](std::size_t first, std::size_t last) {
         std::fill(data.data() + first, data.data() + last, zero);
     });
-    return ScaledArray<G, P>(std::move(data), g.scale());
+    return ScaledArray<G, P>(std::move(data), scale);
 }
 
 }  // namespace scalify
