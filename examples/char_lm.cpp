@@ -83,11 +83,11 @@ auto self_attention(const Block& p, const X& x, std::size_t heads)
 {
     const std::size_t b = x.shape()[0], t = x.shape()[1], d = x.shape()[2], dh = d / heads;
     // Temporaries are passed on as they are: an op whose argument expires reuses its memory
-    // (the bias is added over the product, the reshape takes the sum's memory).
-    const auto split = transpose(reshape(matmul(x, p.w_qkv) + p.b_qkv, {b, t, 3, heads, dh}), {2, 0, 3, 1, 4});  // (3, B, H, T, dh)
+    // (the reshape takes the linear layer's).
+    const auto split = transpose(reshape(linear(x, p.w_qkv, p.b_qkv), {b, t, 3, heads, dh}), {2, 0, 3, 1, 4});  // (3, B, H, T, dh)
     const auto part = [&](std::size_t i) { return reshape(slice(split, 0, i, i + 1), {b, heads, t, dh}); };
     const auto mixed = attention(part(0), part(1), part(2), /*causal*/ true);     // (B, H, T, dh)
-    return matmul(reshape(transpose(mixed, {0, 2, 1, 3}), {b, t, d}), p.w_attention_out) + p.b_attention_out;
+    return linear(reshape(transpose(mixed, {0, 2, 1, 3}), {b, t, d}), p.w_attention_out, p.b_attention_out);
 }
 
 /// Logits (B T, V) of the next character after each of the inputs (B, T).
@@ -98,7 +98,7 @@ auto forward(const Ends& e, const Blocks& blocks, const xt::xarray<std::int32_t>
     auto x = embedding(e.tokens, inputs) + slice(e.positions, 0, 0, t);
     for (const auto& p : blocks) {
         x = x + self_attention(p, layer_norm(x) * p.norm1_gain + p.norm1_bias, heads);
-        x = x + matmul(gelu(matmul(layer_norm(x) * p.norm2_gain + p.norm2_bias, p.w_fc) + p.b_fc), p.w_proj) + p.b_proj;
+        x = x + linear(gelu(linear(layer_norm(x) * p.norm2_gain + p.norm2_bias, p.w_fc, p.b_fc)), p.w_proj, p.b_proj);
     }
     const auto logits = matmul(layer_norm(x) * e.norm_gain + e.norm_bias, e.w_logits);
     return reshape(logits, {b * t, e.w_logits.shape()[1]});

@@ -24,6 +24,7 @@
 #include <scalify/numeric/minifloat.hpp>
 #include <scalify/numeric/policies.hpp>
 #include <scalify/ops/elementwise.hpp>
+#include <scalify/ops/linear.hpp>
 #include <scalify/ops/matmul.hpp>
 #include <scalify/ops/nn.hpp>
 #include <scalify/ops/normalization.hpp>

@@ -17,6 +17,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <optional>
 #include <vector>
 
 namespace fuzz_ops {
@@ -169,12 +170,31 @@ void exercise(reader& in)
         guarded([&] { check_result(minimum(a, b)); });
         guarded([&] { check_result(matmul(a, b)); });
         guarded([&] { check_result(matmul<dynamic_abs<float8_e4m3fn>>(a, b)); });
+        // linear with a bias row of b's width (b's first row): the scale of add(matmul), and where
+        // either form throws, both do.
+        if (b.dimension() == 2 && b.shape()[0] > 0) {
+            xt::xarray<T> row = xt::xarray<T>::from_shape({b.shape()[1]});
+            std::copy_n(b.data().data(), row.size(), row.data());
+            const ScaledArray<T, P> bias(std::move(row), b.scale());
+            std::optional<float> fused_scale, composed_scale;
+            guarded([&] {
+                const auto r = linear<unit_scaling>(a, b, bias);
+                check_result(r);
+                fused_scale = r.scale();
+            });
+            guarded([&] { composed_scale = add<unit_scaling>(matmul<unit_scaling>(a, b), bias).scale(); });
+            if (fused_scale.has_value() != composed_scale.has_value() ||
+                (fused_scale && !(*fused_scale == *composed_scale))) {
+                fail("linear's scale is add(matmul)'s, and it throws where the composition does");
+            }
+        }
         guarded([&] { check_result(add<unit_scaling>(a, b)); });
         // An expiring operand (either side, any broadcast) gives the bits of the copying form.
         guarded([&] {
             const auto same_bits = [&](const auto& moved, const auto& copied, const char* what) {
                 if (moved.scale() != copied.scale() || moved.shape() != copied.shape() ||
-                    std::memcmp(moved.data().data(), copied.data().data(), copied.size() * sizeof(T)) != 0) {
+                    (copied.size() != 0 &&
+                     std::memcmp(moved.data().data(), copied.data().data(), copied.size() * sizeof(T)) != 0)) {
                     fail(what);
                 }
             };

@@ -10,6 +10,7 @@
 
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -172,6 +173,23 @@ TEST_CASE("batched matmul's gradients match finite differences", "[transformer]"
         const std::vector<D> params{random_array<double>(rng, sa, 0.5f), random_array<double>(rng, sb, 2.0f)};
         check_gradients(shape_string(sa) + " x " + shape_string(sb),
                         [](const auto& p) { return weighted_sum(matmul(p[0], p[1])); }, params);
+    }
+    // The gradients read the operands transposed in place: the bits of the products of the
+    // swapped copies, g.b^T and a^T.g, summed back over broadcast batches.
+    using F = ScaledArray<float, pow2_scale>;
+    for (const auto& [sa, sb] : std::vector<std::pair<std::vector<std::size_t>, std::vector<std::size_t>>>{
+             {{2, 3, 17, 9}, {2, 3, 9, 12}}, {{3, 17, 9}, {1, 9, 12}}, {{1, 17, 9}, {3, 9, 12}}}) {
+        const F a = random_array<float, pow2_scale>(rng, sa, 0.5f), b = random_array<float, pow2_scale>(rng, sb, 2.0f);
+        const F product = matmul<unit_scaling>(a, b);
+        const F g = random_array<float, pow2_scale>(rng, std::vector<std::size_t>(product.shape().begin(), product.shape().end()), 4.0f);
+        const auto [ga, gb] = matmul_vjp<unit_scaling>(g, a, b);
+        const auto swapped = [](const F& x) { return detail::swap_last_axes(x); };
+        const F want_a = detail::unbroadcast<unit_scaling>(matmul<unit_scaling>(g, swapped(b)), a.shape());
+        const F want_b = detail::unbroadcast<unit_scaling>(matmul<unit_scaling>(swapped(a), g), b.shape());
+        CHECK(ga.scale() == want_a.scale());
+        CHECK((ga.data() == want_a.data()));
+        CHECK(gb.scale() == want_b.scale());
+        CHECK((gb.data() == want_b.data()));
     }
 }
 
@@ -370,5 +388,109 @@ TEST_CASE("a tiny transformer block in fp8 under the recipe: finite, close to fl
         }
         INFO("parameter " << which);
         CHECK(std::sqrt(diff / norm) < 0.2);  // fp8 operands (3 mantissa bits) and e5m2 cotangents
+    }
+}
+
+TEST_CASE("linear adds the bias inside the GEMM: add(matmul)'s scale, one rounding, the same gradients", "[transformer]")
+{
+    std::mt19937 rng(31);
+    using F = ScaledArray<float, pow2_scale>;
+    const F x = random_array<float, pow2_scale>(rng, {3, 5, 8}, 0.5f);
+    const F w = random_array<float, pow2_scale>(rng, {8, 6}, 0.125f);
+    const F b = random_array<float, pow2_scale>(rng, {6}, 0.25f);
+    const auto close = [](const F& got, const F& want) {
+        REQUIRE(got.scale() == want.scale());
+        REQUIRE((got.shape() == want.shape()));
+        const auto g = got.value(), r = want.value();
+        for (std::size_t i = 0; i < g.size(); ++i) {
+            // the composition rounds the product and then the sum: two half-ulps apart at most
+            CHECK(std::abs(g.data()[i] - r.data()[i]) <= 2e-7f * (std::abs(r.data()[i]) + 1.0f));
+        }
+    };
+    close(linear<unit_scaling>(x, w, b), add<unit_scaling>(matmul<unit_scaling>(x, w), b));
+    close(linear<default_scaling>(x, w, b), add<default_scaling>(matmul<default_scaling>(x, w), b));
+    close(linear<natural_scaling>(x, w, b), add<natural_scaling>(matmul<natural_scaling>(x, w), b));
+    // Small integers: every rounding is exact, so the one-rounding form has the composition's bits.
+    F xi = x, wi = w, bi = b;
+    {
+        xt::xarray<float> d = xt::round(x.data() * 4.0f), e = xt::round(w.data() * 4.0f), f = xt::round(b.data() * 4.0f);
+        xi = F(d, 1.0f), wi = F(e, 2.0f), bi = F(f, 4.0f);
+    }
+    const F exact = linear<natural_scaling>(xi, wi, bi), composed = add<natural_scaling>(matmul<natural_scaling>(xi, wi), bi);
+    CHECK(exact.scale() == composed.scale());
+    CHECK((exact.data() == composed.data()));
+    // Where the bias cannot enter the GEMM: the composition's bits. A bias that is not a row, a
+    // dynamic (amax) strategy, a tensor-core accumulation model.
+    const F full_bias = random_array<float, pow2_scale>(rng, {5, 6}, 0.25f);
+    const auto same = [](const auto& got, const auto& want) {
+        CHECK(got.scale() == want.scale());
+        CHECK((got.data() == want.data()));
+    };
+    same(linear<unit_scaling>(x, w, full_bias), add<unit_scaling>(matmul<unit_scaling>(x, w), full_bias));
+    same(linear<dynamic_abs<float8_e4m3fn>>(x, w, b),
+         add<dynamic_abs<float8_e4m3fn>>(matmul<dynamic_abs<float8_e4m3fn>>(x, w), b));
+    {
+        const tensor_core::accumulation_scope<> h100("h100");
+        same(linear<unit_scaling>(x, w, b), add<unit_scaling>(matmul<unit_scaling>(x, w), b));
+    }
+    CHECK_THROWS_AS(linear(x, random_array<float, pow2_scale>(rng, {7, 6}, 1.0f), b), shape_error);
+
+    // Differentiated: the cotangent reaching the product is the same, so every gradient has the
+    // composition's bits (the loss weights r make the cotangent independent of the forward value),
+    // in float32 and under the fp8 recipe.
+    const F r = random_array<float, pow2_scale>(rng, {3, 5, 6}, 1.0f);
+    const auto fused = [&](const auto& p) { return reduce_sum(linear(p[0], p[1], p[2]) * r); };
+    const auto composed_loss = [&](const auto& p) { return reduce_sum((matmul(p[0], p[1]) + p[2]) * r); };
+    const std::vector<F> params{x, w, b};
+    for (const bool fp8 : {false, true}) {
+        std::optional<ad::matmul_precision_scope> recipe;
+        if (fp8) recipe.emplace(dtype::float8_e4m3fn, dtype::float8_e5m2);
+        const auto [value, grads] = ad::value_and_grad<unit_scaling>(fused, params);
+        const auto [value_composed, grads_composed] = ad::value_and_grad<unit_scaling>(composed_loss, params);
+        CHECK(value.value()() == Approx(value_composed.value()()).epsilon(1e-5));
+        for (std::size_t which = 0; which < params.size(); ++which) {
+            INFO("fp8 " << fp8 << ", parameter " << which);
+            const auto g = grads[which].as<float>(), h = grads_composed[which].as<float>();
+            CHECK(g.scale() == h.scale());
+            CHECK((g.data() == h.data()));
+        }
+    }
+    // An inspection names the op and reports the recipe's casts of x and w.
+    const ad::matmul_precision_scope fp8(dtype::float8_e4m3fn, dtype::float8_e5m2);
+    const auto inspected = ad::inspect<unit_scaling>(fused, params);
+    bool seen = false;
+    for (const auto& op : inspected.report.ops) {
+        if (op.op != "linear") continue;
+        seen = true;
+        CHECK(op.casts.size() == 3);  // x and w to e4m3, the cotangent to e5m2
+    }
+    CHECK(seen);
+}
+
+TEST_CASE("attention reads k transposed in place: the bits of matmul(q, transpose(k)), values and gradients", "[transformer]")
+{
+    std::mt19937 rng(37);
+    using F = ScaledArray<float, pow2_scale>;
+    for (const auto& [sq, sk] : std::vector<std::pair<std::vector<std::size_t>, std::vector<std::size_t>>>{
+             {{2, 3, 16, 8}, {2, 3, 16, 8}}, {{2, 3, 70, 8}, {1, 3, 70, 8}}, {{5, 8}, {5, 8}}}) {
+        const std::vector<F> params{random_array<float, pow2_scale>(rng, sq, 0.5f), random_array<float, pow2_scale>(rng, sk, 2.0f),
+                                    random_array<float, pow2_scale>(rng, sk, 1.0f)};
+        const auto in_place = [](const auto& p) { return reduce_sum(attention(p[0], p[1], p[2], true) * 3.0); };
+        const auto composed = [](const auto& p) {
+            std::vector<std::size_t> perm(p[1].dimension());
+            for (std::size_t d = 0; d < perm.size(); ++d) perm[d] = d;
+            std::swap(perm[perm.size() - 2], perm[perm.size() - 1]);
+            const double scale = 1.0 / std::sqrt(double(p[0].shape()[p[0].dimension() - 1]));
+            return reduce_sum(matmul(softmax(causal_mask(matmul(p[0], transpose(p[1], perm)) * scale), p[0].dimension() - 1), p[2]) * 3.0);
+        };
+        const auto [value, grads] = ad::value_and_grad<unit_scaling>(in_place, params);
+        const auto [want, want_grads] = ad::value_and_grad<unit_scaling>(composed, params);
+        CHECK(value.value()() == want.value()());
+        for (std::size_t which = 0; which < 3; ++which) {
+            INFO(shape_string(sq) << " x " << shape_string(sk) << ", input " << which);
+            const auto g = grads[which].as<float>(), h = want_grads[which].as<float>();
+            CHECK(g.scale() == h.scale());
+            CHECK((g.data() == h.data()));
+        }
     }
 }

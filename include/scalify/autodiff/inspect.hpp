@@ -278,9 +278,11 @@ public:
         pending cotangent_cast;
         // A differentiable matmul under a scope is recipe_matmul: its operands cast to the forward
         // format (unless float32), the cotangent to the gradient format (unless float32), in the
-        // compute type of the product.
+        // compute type of the product. A linear casts its first two inputs so (not its bias).
         const matmul_precision precision = current_matmul_precision();
-        if (std::strcmp(op, "matmul") == 0 && precision != full_precision && inputs.size() == 2) {
+        const bool product = (std::strcmp(op, "matmul") == 0 && inputs.size() == 2) ||
+                             (std::strcmp(op, "linear") == 0 && inputs.size() == 3);
+        if (product && precision != full_precision) {
             if (precision.forward != dtype::float32) {
                 summary.casts.push_back(cast_of("a", inputs[0].value, precision.forward, precision.scaling, inputs[0].value.type->wide));
                 summary.casts.push_back(cast_of("b", inputs[1].value, precision.forward, precision.scaling, inputs[1].value.type->wide));

@@ -14,6 +14,7 @@
 #include <scalify/autodiff/recipe.hpp>
 #include <scalify/autodiff/tape.hpp>
 #include <scalify/ops/elementwise.hpp>
+#include <scalify/ops/linear.hpp>
 #include <scalify/ops/matmul.hpp>
 #include <scalify/ops/nn.hpp>
 #include <scalify/ops/normalization.hpp>
@@ -682,6 +683,18 @@ template <class T, class P>
     });
 }
 
+/// matmul_vjp's products under a matmul_precision_scope: the cotangent cast to the `gradient`
+/// format (unless float32), the operands on the `operands` format's grid (recipe_grid's results,
+/// or float32 values), the products stored as Out (recipe_matmul).
+template <class S, class Out, class G, class A, class B, class P>
+[[nodiscard]] auto recipe_backward(const ScaledArray<G, P>& g, const ScaledArray<A, P>& av, const ScaledArray<B, P>& bv,
+                                   bool need_a, bool need_b, dtype gradient, cast_scaling scaling, dtype operands)
+{
+    const scalify::detail::vjp_grids grids{gradient, operands, operands};
+    if (gradient == dtype::float32) return matmul_backward<S, Out>(g, av, bv, need_a, need_b, grids);
+    return matmul_backward<S, Out>(recipe_grid(g, gradient, scaling), av, bv, need_a, need_b, grids);
+}
+
 /// a.b under a matmul_precision_scope, recorded as one op: the operands cast to the forward type
 /// (unless it is float32), the product; backward, the cotangent cast to the gradient type (unless
 /// float32) and matmul_vjp's products, stored as R, the type the product has without the scope
@@ -699,9 +712,7 @@ template <class R, class S, class A, class B, class P>
     using Out = std::conditional_t<std::same_as<R, float>, void, R>;
     const auto backward_on = [need_a, need_b, scaling, gradient](const auto& g, const auto& av, const auto& bv,
                                                                  dtype operands) {
-        const scalify::detail::vjp_grids grids{gradient, operands, operands};
-        if (gradient == dtype::float32) return matmul_backward<S, Out>(g, av, bv, need_a, need_b, grids);
-        return matmul_backward<S, Out>(recipe_grid(g, gradient, scaling), av, bv, need_a, need_b, grids);
+        return recipe_backward<S, Out>(g, av, bv, need_a, need_b, gradient, scaling, operands);
     };
     if (precision.forward == dtype::float32) {
         return reads_no_output(record_op<S>("matmul", scalify::matmul<S>(a.value(), b.value()), std::tuple{a, b},
@@ -740,6 +751,62 @@ template <class X, class Y>
         return detail::recipe_matmul<R>(a, b, precision);
     }
     return detail::recorded_matmul(a, b);
+}
+
+/// x.w + b as one op, scalify::linear: the bias enters the GEMM (its rows are the product's
+/// initial sum), so no pass over the product adds it; the result's scale is add(matmul(x, w),
+/// b)'s and its data round once (docs/ops.md). Under a matmul_precision_scope x and w take the
+/// recipe's casts and the cotangent reaching the product its gradient cast, as matmul's do; b's
+/// gradient is the cotangent summed over the rows, as add's. Where the bias cannot enter the GEMM
+/// (scalify::linear's list) it is matmul(x, w) + b, recorded as those two ops.
+template <class X, class W, class Bias>
+    requires(detail::var_operands<X, W> || detail::var_operands<X, Bias> || detail::var_operands<W, Bias>) &&
+            (detail::is_var_v<X> || detail::is_scaled_array_v<X>) && (detail::is_var_v<W> || detail::is_scaled_array_v<W>) &&
+            (detail::is_var_v<Bias> || detail::is_scaled_array_v<Bias>)
+[[nodiscard]] auto linear(const X& x, const W& w, const Bias& bias)
+{
+    using S = typename std::conditional_t<detail::is_var_v<X>, X, std::conditional_t<detail::is_var_v<W>, W, Bias>>::strategy;
+    const auto a = detail::lift<S>(x);
+    const auto b = detail::lift<S>(w);
+    const auto c = detail::lift<S>(bias);
+    using T = typename decltype(a)::value_type;
+    using P = typename decltype(a)::scale_policy;
+    // float32 operands (the recipe's products are float32 ones): other types take the composition.
+    constexpr bool all_float = std::same_as<T, float> && std::same_as<typename decltype(b)::value_type, float> &&
+                               std::same_as<typename decltype(c)::value_type, float>;
+    if constexpr (!all_float || scalify::detail::needs_amax_v<S>) {
+        return matmul(a, b) + c;
+    } else {
+        const matmul_precision precision = current_matmul_precision();
+        const bool recipe = precision.forward != dtype::float32 || precision.gradient != dtype::float32;
+        const bool cast = precision.forward != dtype::float32;
+        const scalify::detail::operand_grids grids{precision.forward, precision.forward};
+        const tensor_core::grid_gemm_fn gemm = scalify::detail::current_gemm<float, float>(grids);
+        if (!scalify::detail::bias_enters_gemm(a.value(), b.value(), c.value(), gemm)) return matmul(a, b) + c;
+        std::optional<ScaledArray<T, P>> a_grid, b_grid;  // the recipe's casts of x and w
+        if (cast) {
+            a_grid = detail::recipe_grid(a.value(), precision.forward, precision.scaling);
+            b_grid = detail::recipe_grid(b.value(), precision.forward, precision.scaling);
+        }
+        auto value = scalify::detail::linear_in_gemm<false>(
+            a_grid ? *a_grid : a.value(), b_grid ? *b_grid : b.value(), c.value(),
+            scalify::detail::matmul_rule<S, P>(), scalify::detail::rule_for<ops::add, S, P>(), gemm);
+        if (!value) return matmul(a, b) + c;  // a zero scale: the composition's zeros
+        const bool need_a = a.requires_grad(), need_b = b.requires_grad(), need_c = c.requires_grad();
+        const auto c_shape = detail::shape_vector(c.shape());
+        return detail::reads_no_output(detail::record_op<S>(
+            "linear", std::move(*value), std::tuple{a, b, c},
+            [=, a_grid = std::move(a_grid), b_grid = std::move(b_grid)](const auto& g, const auto&, const auto& av,
+                                                                       const auto& bv, const auto&) {
+                // add's backward: g passes to the product unchanged, summed over the rows for b.
+                auto gc = need_c ? scalify::detail::unbroadcast<S, ops::vjp<ops::add, 1>>(g, c_shape) : ScaledArray<T, P>{};
+                auto products = recipe ? detail::recipe_backward<S, void>(g, a_grid ? *a_grid : av, b_grid ? *b_grid : bv,
+                                                                          need_a, need_b, precision.gradient, precision.scaling,
+                                                                          precision.forward)
+                                       : detail::matmul_backward<S, void>(g, av, bv, need_a, need_b);
+                return std::tuple{std::move(std::get<0>(products)), std::move(std::get<1>(products)), std::move(gc)};
+            }));
+    }
 }
 
 // ---- normalisation and sequence ops ------------------------------------------------------------
@@ -785,6 +852,46 @@ template <class T, class P, class S>
                                                         }));
 }
 
+namespace detail {
+
+/// q k^T over the last two axes, k read transposed in place (no transposed copy of k forward, nor
+/// of the cotangent backward): recorded as one "matmul", the bits of matmul(q, transpose(k))'s
+/// value and gradients. Under a matmul_precision_scope or an accumulation model, for types other
+/// than float32 and for products too small for the GEMM kernel (transposed_reads_keep_bits) it
+/// is that composition.
+template <class T, class P, class S>
+[[nodiscard]] var<T, P, S> matmul_transposed_keys(const var<T, P, S>& q, const var<T, P, S>& k)
+{
+    std::vector<std::size_t> swap_last(k.dimension());
+    for (std::size_t d = 0; d < swap_last.size(); ++d) swap_last[d] = d;
+    std::swap(swap_last[swap_last.size() - 2], swap_last[swap_last.size() - 1]);
+    if constexpr (!std::same_as<T, float>) {
+        return matmul(q, transpose(k, std::move(swap_last)));
+    } else {
+        if (current_matmul_precision() != full_precision || scalify::detail::current_gemm<float, float>() != nullptr ||
+            q.dimension() < 2 || k.dimension() < 2 ||
+            !scalify::detail::transposed_reads_keep_bits(q.shape()[q.dimension() - 2], q.shape()[q.dimension() - 1],
+                                                         k.shape()[k.dimension() - 2])) {
+            return matmul(q, transpose(k, std::move(swap_last)));
+        }
+        using scalify::detail::batched_product_transposed;
+        const auto q_shape = shape_vector(q.shape()), k_shape = shape_vector(k.shape());
+        return reads_no_output(record_op<S>(
+            "matmul", batched_product_transposed<S, void, false, true>(q.value(), k.value()), std::tuple{q, k},
+            [q_shape, k_shape, need_q = q.requires_grad(), need_k = k.requires_grad()](const auto& g, const auto&,
+                                                                                      const auto& qv, const auto& kv) {
+                // g (..., Tq, Tk): dq = g k, dk = g^T q (matmul_vjp's g.(k^T)^T and the transpose
+                // of q^T.g), each summed back over the batches its operand was broadcast to.
+                ScaledArray<T, P> dq, dk;
+                if (need_q) dq = scalify::detail::unbroadcast<S>(batched_product_transposed<S, void, false, false>(g, kv), q_shape);
+                if (need_k) dk = scalify::detail::unbroadcast<S>(batched_product_transposed<S, void, true, false>(g, qv), k_shape);
+                return std::tuple{std::move(dq), std::move(dk)};
+            }));
+    }
+}
+
+}  // namespace detail
+
 /// Scaled dot-product attention as a composition of the differentiable ops:
 /// softmax(q k^T / sqrt(d) [causal_mask]) v over the last two axes, q (..., T_q, d),
 /// k (..., T_k, d), v (..., T_k, d_v), leading axes batched as matmul's. The 1/sqrt(d) is a
@@ -799,11 +906,8 @@ template <class T, class P, class S>
         SCALIFY_THROW(shape_error(fmt::format("attention: q, k, v must be (..., T, d), got shapes {}, {}, {}",
                                               shape_string(q.shape()), shape_string(k.shape()), shape_string(v.shape()))));
     }
-    std::vector<std::size_t> swap_last(k.dimension());
-    for (std::size_t d = 0; d < swap_last.size(); ++d) swap_last[d] = d;
-    std::swap(swap_last[swap_last.size() - 2], swap_last[swap_last.size() - 1]);
     const double head_size = static_cast<double>(q.shape()[q.dimension() - 1]);
-    auto scores = matmul(q, transpose(k, std::move(swap_last))) * (1.0 / std::sqrt(head_size));  // scaled in place
+    auto scores = detail::matmul_transposed_keys(q, k) * (1.0 / std::sqrt(head_size));  // scaled in place
     if (causal) scores = causal_mask(std::move(scores));                                           // masked in place
     const std::size_t last = scores.dimension() - 1;
     return matmul(softmax(std::move(scores), last), v);

@@ -77,7 +77,7 @@
 #define SCALIFY_GEMM_SLAB_INSTANCE(KIND, C, TransposeA, TransposeB)                                                  \
     KIND void ::scalify::detail::gemm_slab<C, TransposeA, TransposeB>(const C*, std::size_t, const C*, std::size_t, \
                                                                       C*, std::size_t, std::size_t, std::size_t,   \
-                                                                      std::size_t, C);
+                                                                      std::size_t, C, bool);
 
 #define SCALIFY_GEMM_SLAB_INSTANCES(KIND, C)             \
     SCALIFY_GEMM_SLAB_INSTANCE(KIND, C, false, false)    \

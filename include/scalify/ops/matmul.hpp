@@ -105,14 +105,15 @@ template <class C, bool Transposed>
 using stored_operand = Eigen::Map<const Eigen::Matrix<C, Eigen::Dynamic, Eigen::Dynamic, Transposed ? Eigen::ColMajor : Eigen::RowMajor>,
                                   Eigen::Unaligned, Eigen::OuterStride<>>;
 
-/// out (m x n, row-major, row stride ldo) = alpha * op(a) op(b) through Eigen's sequential GEMM;
+/// out (m x n, row-major, row stride ldo) = alpha * op(a) op(b) (+ out when `accumulate`: the
+/// GEMM's beta = 1, linear's bias rows) through Eigen's sequential GEMM;
 /// a is stored m x k (k x m when TransposeA) with row stride lda, b likewise. The one Eigen
 /// product expression of the library per (C, TransposeA, TransposeB): every matmul, batched or
 /// not, forward or backward, and every thread's slab goes through it, so Eigen's GEMM machinery
 /// is compiled at most four times per compute type.
 template <class C, bool TransposeA, bool TransposeB>
 void gemm_slab(const C* a, std::size_t lda, const C* b, std::size_t ldb, C* out, std::size_t ldo, std::size_t m,
-               std::size_t k, std::size_t n, C alpha)
+               std::size_t k, std::size_t n, C alpha, bool accumulate)
 {
 #if defined(EIGEN_USE_BLAS)
     // The BLAS straight, with beta = 0: Eigen's product zero-fills out and then accumulates into
@@ -127,7 +128,7 @@ void gemm_slab(const C* a, std::size_t lda, const C* b, std::size_t ldb, C* out,
             const int rows = static_cast<int>(n), cols = static_cast<int>(m), depth = static_cast<int>(k);
             const int ld_b = static_cast<int>(std::max<std::size_t>(ldb, 1)), ld_a = static_cast<int>(std::max<std::size_t>(lda, 1));
             const int ld_out = static_cast<int>(ldo);
-            const C beta = C(0);
+            const C beta = accumulate ? C(1) : C(0);
             if constexpr (std::same_as<C, float>) {
                 sgemm_(&trans_b, &trans_a, &rows, &cols, &depth, &alpha, b, &ld_b, a, &ld_a, &beta, out, &ld_out);
             } else {
@@ -142,7 +143,8 @@ void gemm_slab(const C* a, std::size_t lda, const C* b, std::size_t ldb, C* out,
     const stored_operand<C, TransposeB> rhs(b, index(k), index(n), Eigen::OuterStride<>(index(ldb)));
     Eigen::Map<row_major_matrix<C>, Eigen::Unaligned, Eigen::OuterStride<>> dst(out, index(m), index(n),
                                                                                Eigen::OuterStride<>(index(ldo)));
-    dst.noalias() = alpha * (lhs * rhs);  // this form folds alpha into the GEMM, no temporary
+    if (accumulate) dst.noalias() += alpha * (lhs * rhs);  // these forms fold alpha into the GEMM, no temporary
+    else dst.noalias() = alpha * (lhs * rhs);
 }
 
 /// out (m x n, row-major, dense) = alpha * op(a) op(b), with bits that do not depend on the
@@ -154,7 +156,8 @@ void gemm_slab(const C* a, std::size_t lda, const C* b, std::size_t ldb, C* out,
 /// the operand packed again by every thread is the smaller one. With EIGEN_USE_BLAS the BLAS
 /// decides (and threads).
 template <class C, bool TransposeA, bool TransposeB>
-void gemm_any_thread_count(const C* a, const C* b, std::size_t m, std::size_t k, std::size_t n, C* out, C alpha)
+void gemm_any_thread_count(const C* a, const C* b, std::size_t m, std::size_t k, std::size_t n, C* out, C alpha,
+                           bool accumulate = false)
 {
     const std::size_t lda = TransposeA ? m : k, ldb = TransposeB ? k : n;
 #if !defined(EIGEN_USE_BLAS)
@@ -169,16 +172,16 @@ void gemm_any_thread_count(const C* a, const C* b, std::size_t m, std::size_t k,
             const std::size_t begin = s * slab, size = std::min(slab, extent - begin);
             if (by_rows) {
                 gemm_slab<C, TransposeA, TransposeB>(a + (TransposeA ? begin : begin * lda), lda, b, ldb, out + begin * n, n,
-                                                     size, k, n, alpha);
+                                                     size, k, n, alpha, accumulate);
             } else {
                 gemm_slab<C, TransposeA, TransposeB>(a, lda, b + (TransposeB ? begin * ldb : begin), ldb, out + begin, n, m, k,
-                                                     size, alpha);
+                                                     size, alpha, accumulate);
             }
         });
         return;
     }
 #endif
-    gemm_slab<C, TransposeA, TransposeB>(a, lda, b, ldb, out, n, m, k, n, alpha);
+    gemm_slab<C, TransposeA, TransposeB>(a, lda, b, ldb, out, n, m, k, n, alpha, accumulate);
 }
 
 /// What a matmul's rule sees: natural scale sa sb, both input scales, contraction K.
@@ -485,8 +488,10 @@ struct batched_shapes {
 
 /// The raw data-domain products of every batch on Eigen's path (operands already in C), the
 /// batches across threads, then the scales once over the whole result (finish). One function per
-/// (NeedsAmax, R, C, P), whatever the operand types and strategy.
-template <bool NeedsAmax, class R, class C, ScalePolicy P>
+/// (NeedsAmax, R, C, P), whatever the operand types and strategy. TransposeA / TransposeB: each
+/// batch of that operand is stored transposed (K x M, N x K; `s` describes the product), read in
+/// place (the backward pass's g.b^T and a^T.g).
+template <bool NeedsAmax, class R, class C, ScalePolicy P, bool TransposeA = false, bool TransposeB = false>
 [[nodiscard]] ScaledArray<R, P> eigen_batched_matmul(const C* a, const C* b, const batched_shapes& s,
                                                      const scale_request& request, scale_rule rule)
 {
@@ -501,9 +506,9 @@ template <bool NeedsAmax, class R, class C, ScalePolicy P>
         } else {
             const auto alpha = static_cast<C>(double(request.natural) / double(scale));
             parallel_for(batches, [&](std::size_t t) {
-                gemm_any_thread_count<C, false, false>(a + s.operand_batch(s.a_batch, t) * m * k,
-                                                       b + s.operand_batch(s.b_batch, t) * k * n, m, k, n,
-                                                       data.data() + t * m * n, alpha);
+                gemm_any_thread_count<C, TransposeA, TransposeB>(a + s.operand_batch(s.a_batch, t) * m * k,
+                                                                 b + s.operand_batch(s.b_batch, t) * k * n, m, k, n,
+                                                                 data.data() + t * m * n, alpha);
             });
         }
         ScaledArray<R, P> result(std::move(data), request.natural == 0.0f ? 0.0f : scale);
@@ -515,9 +520,9 @@ template <bool NeedsAmax, class R, class C, ScalePolicy P>
         // Each batch as a scale-1 product under natural scaling would compute: alpha 1, the
         // same GEMM call over the same operand values.
         if (k != 0) {
-            gemm_any_thread_count<C, false, false>(a + s.operand_batch(s.a_batch, t) * m * k,
-                                                   b + s.operand_batch(s.b_batch, t) * k * n, m, k, n, raw.data() + t * m * n,
-                                                   C(1));
+            gemm_any_thread_count<C, TransposeA, TransposeB>(a + s.operand_batch(s.a_batch, t) * m * k,
+                                                             b + s.operand_batch(s.b_batch, t) * k * n, m, k, n,
+                                                             raw.data() + t * m * n, C(1));
         }
     });
     return finish_matmul<NeedsAmax, R, C, P>(s.out, request, rule, raw.data());
@@ -664,6 +669,35 @@ template <class Strategy, class Out, class A, class PA, class B, class PB>
 /// operand broadcast over batches gets the batches' gradients summed back (unbroadcast, whose
 /// rule adds that sum to the product's contraction). With a 2-D second operand the batches' rows
 /// form one 2-D product each way, as in the forward pass. Grids: typed_operands or vjp_grids.
+/// Whether a product of M x K by K x N rounds the same whether an operand is read transposed in
+/// place or from a transposed copy: the GEMM kernels (Eigen's, the BLAS's) pack either layout into
+/// the same panels, but below EIGEN_GEMM_TO_COEFFBASED_THRESHOLD (M + N + K < 20) Eigen multiplies
+/// coefficient by coefficient in an order that follows the layout.
+[[nodiscard]] constexpr bool transposed_reads_keep_bits(std::size_t m, std::size_t k, std::size_t n) noexcept
+{
+    return m + n + k >= EIGEN_GEMM_TO_COEFFBASED_THRESHOLD;
+}
+
+/// op(a) op(b) over batches on Eigen's path (or the BLAS's), an operand marked transposed read
+/// as its last two axes swapped in place: the product matmul forms from the swapped copies
+/// (wherever transposed_reads_keep_bits).
+template <class Strategy, class Out, bool TransposeA, bool TransposeB, class A, class PA, class B, class PB>
+[[nodiscard]] auto batched_product_transposed(const ScaledArray<A, PA>& a, const ScaledArray<B, PB>& b)
+{
+    using C = std::common_type_t<compute_t<A>, compute_t<B>>;
+    using R = detail::out_or_t<Out, promote_t<A, B>>;
+    using P = common_policy_t<PA, PB>;
+    const auto logical = [](const auto& shape, bool transposed) {
+        std::vector<std::size_t> out(shape.begin(), shape.end());
+        if (transposed) std::swap(out[out.size() - 2], out[out.size() - 1]);
+        return out;
+    };
+    const batched_shapes s(logical(a.shape(), TransposeA), logical(b.shape(), TransposeB));
+    return eigen_batched_matmul<needs_amax_v<Strategy>, R, C, P, TransposeA, TransposeB>(
+        decoded<C>(a.data(), operand_panel<C, 0>()), decoded<C>(b.data(), operand_panel<C, 1>()), s, matmul_request(a, b, s.k),
+        matmul_rule<Strategy, P>());
+}
+
 template <class Strategy, class Out, class G, class PG, class A, class PA, class B, class PB, class Grids = typed_operands>
 [[nodiscard]] auto batched_matmul_vjp(const ScaledArray<G, PG>& g, const ScaledArray<A, PA>& a, const ScaledArray<B, PB>& b,
                                       bool need_a, bool need_b, Grids grids = {})
@@ -705,6 +739,25 @@ template <class Strategy, class Out, class G, class PG, class A, class PA, class
     std::optional<ScaledArray<G, PG>> g_reshaped;  // only where g lacks an axis (a 1-D operand)
     if (!std::equal(g.shape().begin(), g.shape().end(), g_full.begin(), g_full.end())) g_reshaped = scalify::reshape(g, g_full);
     const ScaledArray<G, PG>& g_matrices = g_reshaped ? *g_reshaped : g;
+    if (!s.a_vector && !s.b_vector && transposed_reads_keep_bits(m, k, n) &&
+        current_gemm<G, B>(grids_of(grids, &vjp_grids::g, &vjp_grids::b)) == nullptr &&
+        current_gemm<A, G>(grids_of(grids, &vjp_grids::a, &vjp_grids::g)) == nullptr) {
+        // Eigen's or the BLAS's GEMM reads b and a transposed in place (no swapped copies): the
+        // same packed panels, the same bits.
+        if (need_a) {
+            std::vector<std::size_t> own = s.a_batch;
+            own.insert(own.end(), {m, k});
+            result.first = scalify::reshape(
+                unbroadcast<Strategy>(batched_product_transposed<Strategy, Out, false, true>(g_matrices, b), own), a_shape);
+        }
+        if (need_b) {
+            std::vector<std::size_t> own = s.b_batch;
+            own.insert(own.end(), {k, n});
+            result.second = scalify::reshape(
+                unbroadcast<Strategy>(batched_product_transposed<Strategy, Out, true, false>(a, g_matrices), own), b_shape);
+        }
+        return result;
+    }
     if (need_a) {
         std::vector<std::size_t> own = s.a_batch;
         own.insert(own.end(), {m, k});
