@@ -13,7 +13,7 @@ import sys
 
 GROUPS = [
     ("GEMM: kernels and packing", r"sgemm|gebp|gemm_pack|gemm_slab|gemm_small"),
-    ("GELU and its backward (erf, exp)", r"gelu|erf"),
+    ("GELU and its backward (erf, exp)", r"gelu|math::erf\b"),
     ("softmax, causal mask and their backward", r"softmax|causal_mask|expf|Sleef_finz_exp|exp_fma"),
     ("layer norm and its backward", r"layer_norm|lane_statistics|normalise_last_axis"),
     ("fp8 casts of the recipe", r"fake_quantize"),

@@ -241,12 +241,24 @@ template <class T, class P, class S>
                                 [](const auto& g, const auto&, const auto& xv) { return std::tuple{scalify::relu_vjp<S>(g, xv)}; });
 }
 
+/// Differentiated, the forward pass also keeps gelu's derivative at each element (from the same
+/// erf), so that the backward pass is one multiplication: gelu_vjp's bits, an exp per element
+/// more forward and an erf and an exp fewer backward, and 4 bytes an element held until then.
 template <class T, class P, class S>
 [[nodiscard]] var<T, P, S> gelu(const var<T, P, S>& x)
 {
+    using C = compute_t<T>;
+    if (!x.requires_grad()) return detail::record_op<S>("gelu", scalify::gelu<S>(x.value()), std::tuple{x}, [](const auto&...) {
+        return std::tuple{no_gradient{}};
+    });
+    std::vector<C> derivative(x.size());
+    auto value = scalify::detail::gelu_and_derivative_by_rule<scalify::detail::needs_amax_v<S>>(
+        x.value(), scalify::detail::rule_for<ops::gelu, S, P>(), derivative.data());
     return detail::reads_no_output(detail::record_op<S>(
-        "gelu", scalify::gelu<S>(x.value()), std::tuple{x},
-        [](const auto& g, const auto&, const auto& xv) { return std::tuple{scalify::gelu_vjp<S>(g, xv)}; }));
+        "gelu", std::move(value), std::tuple{x},
+        [derivative = std::move(derivative), x_scale = x.scale()](const auto& g, const auto&, const auto&) {
+            return std::tuple{scalify::detail::gelu_vjp_from_derivative<S>(g, x_scale, derivative.data())};
+        }));
 }
 
 template <class T, class P, class S>

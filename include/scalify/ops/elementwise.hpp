@@ -615,12 +615,18 @@ struct step_fn {
     V operator()(V v) const noexcept { return unit_if<V>(v > 0); }
 };
 struct gelu_derivative_fn {
+    /// Phi(v) + v phi(v) given erf_term = erf(v / sqrt 2) (gelu's forward pass has it).
+    template <class C>
+    static C from_erf(C v, C erf_term) noexcept
+    {
+        const C cdf = C(0.5) * (C(1) + erf_term);
+        const C pdf = math::exp(C(-0.5) * v * v) * C(0.39894228040143267794);  // float: scalify's exp
+        return cdf + rounded_product(v, pdf);  // not fused into an FMA under any -ffp-contract
+    }
     template <class C>
     C operator()(C v) const noexcept
     {
-        const C cdf = C(0.5) * (C(1) + math::erf(v * C(0.70710678118654752440)));  // float: scalify's erf, exp
-        const C pdf = math::exp(C(-0.5) * v * v) * C(0.39894228040143267794);
-        return cdf + rounded_product(v, pdf);  // not fused into an FMA under any -ffp-contract
+        return from_erf(v, math::erf(v * C(0.70710678118654752440)));  // float: scalify's erf
     }
 };
 struct tanh_derivative_fn {
@@ -751,6 +757,50 @@ template <class Strategy = default_scaling, class G, class PG, class X, class PX
 {
     return detail::pointwise_vjp<ops::vjp<ops::gelu>, Strategy>("gelu_vjp", g, x, detail::gelu_derivative_fn{});
 }
+
+namespace detail {
+
+/// gelu(a) under `rule` and, into derivative[i], gelu_derivative_fn at element i's value (what
+/// gelu_vjp multiplies the cotangent by), both from one erf: gelu_by_rule's values and
+/// gelu_derivative_fn's bits. A differentiated gelu keeps the derivatives for its backward pass,
+/// which is then one multiplication (gelu_vjp_from_derivative) instead of an erf and an exp.
+template <bool NeedsAmax, class T, class P>
+[[nodiscard]] ScaledArray<T, P> gelu_and_derivative_by_rule(const ScaledArray<T, P>& a, scale_rule rule, compute_t<T>* derivative)
+{
+    using C = compute_t<T>;
+    const C s = static_cast<C>(a.scale());
+    const T* pa = a.data().data();
+    scale_request request;
+    request.natural = a.scale();
+    request.input_scales[0] = a.scale();
+    return finish_by_rule<NeedsAmax, P, T, C>("gelu", a.shape(), request, rule, [=](std::size_t i) {
+        const C x = load(pa[i]);
+        const C erf_term = math::erf(x * s * C(0.70710678118654752440));
+        // gelu_derivative_fn at the value, a zero-scale x being zeros (as pointwise_vjp reads it:
+        // then v = 0 and erf(0) = 0)
+        const bool zero = s == C(0);
+        derivative[i] = gelu_derivative_fn::from_erf(bit_select(zero, C(0), x * s), bit_select(zero, C(0), erf_term));
+        return C(0.5) * x * (C(1) + erf_term);
+    });
+}
+
+/// gelu_vjp(g, x) from the derivatives gelu_and_derivative_by_rule kept for x (same shape as g):
+/// the same product g * f'(x), request and rule, so the same bits.
+template <class Strategy, class G, class PG, class C>
+[[nodiscard]] ScaledArray<G, PG> gelu_vjp_from_derivative(const ScaledArray<G, PG>& g, float x_scale, const C* derivative)
+{
+    const G* pg = g.data().data();
+    scale_request request;
+    request.natural = g.scale();
+    request.input_scales[0] = g.scale();
+    request.input_scales[1] = x_scale;
+    request.input_count = 2;
+    return finish_by_rule<needs_amax_v<Strategy>, PG, G, C>("gelu_vjp", g.shape(), request,
+                                                          rule_for<ops::vjp<ops::gelu>, Strategy, PG>(),
+                                                          [=](std::size_t i) { return load(pg[i]) * derivative[i]; });
+}
+
+}  // namespace detail
 
 /// y = tanh(x), given x (as relu_vjp and gelu_vjp, so that the rule can follow x's scale):
 /// g * (1 - tanh(x)^2).

@@ -217,11 +217,12 @@ template <bool NeedsAmax, ScalePolicy Policy, ScaledElement Out, class C, class 
 
 /// Strategy's scale for Op (finish_by_rule with scaling_traits<Op, Strategy>'s rule).
 template <class Op, class Strategy, ScalePolicy Policy, ScaledElement Out, class C, class Shape, class RawAt>
-[[nodiscard]] ScaledArray<Out, Policy> finish(const char* op, const Shape& shape, scale_request request, RawAt&& raw_at)
+[[nodiscard]] ScaledArray<Out, Policy> finish(const char* op, const Shape& shape, scale_request request, RawAt&& raw_at,
+                                              xt::xarray<Out>* reuse = nullptr)
 {
     static_assert(ScalingStrategy<Strategy>, "the Strategy argument does not satisfy scalify::ScalingStrategy");
     return finish_by_rule<Strategy::needs_amax, Policy, Out, C>(op, shape, request, scale_rule_of<Op, Strategy, Policy>(),
-                                                                std::forward<RawAt>(raw_at));
+                                                                std::forward<RawAt>(raw_at), reuse);
 }
 
 /// Numpy broadcasting of two shapes, or shape_error naming both.
