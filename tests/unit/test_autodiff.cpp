@@ -435,6 +435,27 @@ TEST_CASE("an op given an expiring var reuses its memory, with the bits of a cop
     CHECK((moved_sum.data() == copy_sum.data()));
 }
 
+TEST_CASE("a differentiated gelu keeps its derivatives: gelu_vjp's bits, a zero scale included", "[autodiff]")
+{
+    std::mt19937 rng(41);
+    using A = ScaledArray<float, pow2_scale>;
+    for (const float scale : {0.0f, 0.25f, 0x1p-30f, 0x1p+20f}) {
+        A x = random_array<float, pow2_scale>(rng, {5, 7}, 1.0f);
+        x = A(x.data(), scale);
+        const A g = random_array<float, pow2_scale>(rng, {5, 7}, 0.5f);
+        ad::tape<pow2_scale> tape;
+        const auto vx = tape.watch<unit_scaling>(x);
+        const auto y = gelu(vx);
+        CHECK(y.scale() == gelu<unit_scaling>(x).scale());
+        CHECK((y.value().data() == gelu<unit_scaling>(x).data()));
+        tape.backward(y, g);
+        const A got = tape.gradient_of(vx).as<float>(), want = gelu_vjp<unit_scaling>(g, x);
+        INFO("scale " << scale);
+        CHECK(got.scale() == want.scale());
+        CHECK((got.data() == want.data()));
+    }
+}
+
 TEST_CASE("custom_op records a user backward rule", "[autodiff]")
 {
     std::mt19937 rng(19);

@@ -251,7 +251,7 @@ template <class T, class P, class S>
     if (!x.requires_grad()) return detail::record_op<S>("gelu", scalify::gelu<S>(x.value()), std::tuple{x}, [](const auto&...) {
         return std::tuple{no_gradient{}};
     });
-    std::vector<C> derivative(x.size());
+    xt::xarray<C> derivative = xt::xarray<C>::from_shape({x.size()});  // every element written below
     auto value = scalify::detail::gelu_and_derivative_by_rule<scalify::detail::needs_amax_v<S>>(
         x.value(), scalify::detail::rule_for<ops::gelu, S, P>(), derivative.data());
     return detail::reads_no_output(detail::record_op<S>(

@@ -773,7 +773,7 @@ template <bool NeedsAmax, class T, class P>
     scale_request request;
     request.natural = a.scale();
     request.input_scales[0] = a.scale();
-    return finish_by_rule<NeedsAmax, P, T, C>("gelu", a.shape(), request, rule, [=](std::size_t i) {
+    auto result = finish_by_rule<NeedsAmax, P, T, C>("gelu", a.shape(), request, rule, [=](std::size_t i) {
         const C x = load(pa[i]);
         const C erf_term = math::erf(x * s * C(0.70710678118654752440));
         // gelu_derivative_fn at the value, a zero-scale x being zeros (as pointwise_vjp reads it:
@@ -782,6 +782,12 @@ template <bool NeedsAmax, class T, class P>
         derivative[i] = gelu_derivative_fn::from_erf(bit_select(zero, C(0), x * s), bit_select(zero, C(0), erf_term));
         return C(0.5) * x * (C(1) + erf_term);
     });
+    if (result.scale() == 0.0f) {
+        // A zero result scale (a zero-scale x, or a rule's zero) stores zeros without evaluating
+        // the elements above: the derivatives on their own, as gelu_derivative_fn gives them.
+        for (std::size_t i = 0; i < a.size(); ++i) derivative[i] = gelu_derivative_fn{}(bit_select(s == C(0), C(0), load(pa[i]) * s));
+    }
+    return result;
 }
 
 /// gelu_vjp(g, x) from the derivatives gelu_and_derivative_by_rule kept for x (same shape as g):

@@ -282,11 +282,15 @@ template <class Strategy = default_scaling, class T, class P, class Labels>
     const double s = logits.scale();
     const auto value = [&](std::size_t i) { return s == 0.0 ? 0.0 : static_cast<double>(detail::load(data[i])) * s; };
     std::vector<double> top(batch, -std::numeric_limits<double>::infinity()), total(batch, 0.0);
+    std::vector<double> exps(batch * classes);  // exp(v - top), summed here and divided for the gradient
     double loss = 0.0;
     for (std::size_t b = 0; b < batch; ++b) {
         const std::size_t first = b * classes;
         for (std::size_t c = 0; c < classes; ++c) top[b] = std::max(top[b], value(first + c));
-        for (std::size_t c = 0; c < classes; ++c) total[b] += std::exp(value(first + c) - top[b]);
+        for (std::size_t c = 0; c < classes; ++c) {
+            exps[first + c] = std::exp(value(first + c) - top[b]);
+            total[b] += exps[first + c];
+        }
         loss += std::log(total[b]) + top[b] - value(first + target[b]);
     }
 
@@ -295,12 +299,15 @@ template <class Strategy = default_scaling, class T, class P, class Labels>
     request.input_scales[0] = logits.scale();
     request.axis_length = classes;
     request.batch = batch;
+    // Row by row (a periodic_source: no division per element for the row and class).
+    const auto at = [e = exps.data(), totals = total.data(), targets = target.data(), batch](std::size_t i, std::size_t c,
+                                                                                            std::size_t b) {
+        const double p = e[i] / totals[b];
+        return (p - (c == targets[b] ? 1.0 : 0.0)) / static_cast<double>(batch);
+    };
     auto grad = detail::finish<ops::vjp<ops::softmax_cross_entropy>, Strategy, P, float, double>(
-        "softmax_cross_entropy", std::vector<std::size_t>{batch, classes}, request, [&](std::size_t i) {
-            const std::size_t b = i / classes, c = i % classes;
-            const double p = std::exp(value(i) - top[b]) / total[b];
-            return (p - (c == target[b] ? 1.0 : 0.0)) / static_cast<double>(batch);
-        });
+        "softmax_cross_entropy", std::vector<std::size_t>{batch, classes}, request,
+        detail::periodic_source<decltype(at)>{at, std::max<std::size_t>(classes, 1)});
     return {batch ? loss / static_cast<double>(batch) : 0.0, std::move(grad)};
 }
 
