@@ -12,7 +12,9 @@
 ///
 ///     { check_finite_scope checked; train_step(params, batch); }   // throws at the first NaN / inf
 
+#include <scalify/detail/lane_reduce.hpp>
 #include <scalify/error.hpp>
+#include <scalify/numeric/math.hpp>
 #include <scalify/scaled_array.hpp>
 
 #include <fmt/format.h>
@@ -62,25 +64,38 @@ struct finite_summary {
 
 namespace detail {
 
-/// One pass over n elements of T (decoded exactly to float or double).
+/// One pass over n elements of T (decoded exactly to float or double). The sums run in double in
+/// lane_reduce's eight running sums and order (a non-finite element adds 0), branch-free, so the
+/// pass vectorises (one running sum made it a chain of dependent adds: 3.8 ns an element).
 template <class T>
 [[nodiscard]] finite_summary summarize_finite(const T* data, std::size_t n)
 {
+    double amax[lane_ways] = {}, sum_abs[lane_ways] = {}, sum_squares[lane_ways] = {};
+    std::size_t nan = 0, inf = 0;
+    const auto take = [&](std::size_t lane, std::size_t i) {
+        const double v = static_cast<double>(load(data[i]));
+        const bool is_nan = v != v, is_inf = std::abs(v) == std::numeric_limits<double>::infinity();
+        nan += is_nan;
+        inf += is_inf;
+        const double m = bit_select(is_nan || is_inf, 0.0, std::abs(v));
+        amax[lane] = m > amax[lane] ? m : amax[lane];
+        sum_abs[lane] += m;
+        sum_squares[lane] += m * m;
+    };
+    std::size_t i = 0;
+    for (; i + lane_ways <= n; i += lane_ways) {
+        for (std::size_t l = 0; l < lane_ways; ++l) take(l, i + l);
+    }
+    for (std::size_t l = 0; i < n; ++i, ++l) take(l, i);
+    static_assert(lane_ways == 8, "the combination below is lane_reduce's for eight running sums");
+    const auto sum = [](const double* p) { return ((p[0] + p[4]) + (p[1] + p[5])) + ((p[2] + p[6]) + (p[3] + p[7])); };
     finite_summary s;
     s.count = n;
-    for (std::size_t i = 0; i < n; ++i) {
-        const double v = static_cast<double>(load(data[i]));
-        if (std::isnan(v)) {
-            ++s.nan;
-        } else if (std::isinf(v)) {
-            ++s.inf;
-        } else {
-            const double m = std::abs(v);
-            s.amax = m > s.amax ? m : s.amax;
-            s.sum_abs += m;
-            s.sum_squares += m * m;
-        }
-    }
+    s.nan = nan;
+    s.inf = inf;
+    for (const double m : amax) s.amax = m > s.amax ? m : s.amax;
+    s.sum_abs = sum(sum_abs);
+    s.sum_squares = sum(sum_squares);
     return s;
 }
 
