@@ -887,16 +887,25 @@ template <class T, class P, class S>
             return matmul(q, transpose(k, std::move(swap_last)));
         }
         using scalify::detail::batched_product_transposed;
+        const auto swapped_last = [](std::vector<std::size_t> shape) {
+            std::swap(shape[shape.size() - 2], shape[shape.size() - 1]);
+            return shape;
+        };
         const auto q_shape = shape_vector(q.shape()), k_shape = shape_vector(k.shape());
         return reads_no_output(record_op<S>(
             "matmul", batched_product_transposed<S, void, false, true>(q.value(), k.value()), std::tuple{q, k},
-            [q_shape, k_shape, need_q = q.requires_grad(), need_k = k.requires_grad()](const auto& g, const auto&,
-                                                                                      const auto& qv, const auto& kv) {
-                // g (..., Tq, Tk): dq = g k, dk = g^T q (matmul_vjp's g.(k^T)^T and the transpose
-                // of q^T.g), each summed back over the batches its operand was broadcast to.
+            [q_shape, kt_shape = swapped_last(k_shape), need_q = q.requires_grad(),
+             need_k = k.requires_grad()](const auto& g, const auto&, const auto& qv, const auto& kv) {
+                // g (..., Tq, Tk): matmul_vjp's products with the operands in their roles, so the
+                // same bits on every GEMM kernel: dq = g.(k^T)^T, read as g.k; dk the transpose of
+                // q^T.g (g^T.q swaps the roles, which an ARM64 build's kernel sums in another
+                // order); each summed back over the batches its operand was broadcast to.
                 ScaledArray<T, P> dq, dk;
                 if (need_q) dq = scalify::detail::unbroadcast<S>(batched_product_transposed<S, void, false, false>(g, kv), q_shape);
-                if (need_k) dk = scalify::detail::unbroadcast<S>(batched_product_transposed<S, void, true, false>(g, qv), k_shape);
+                if (need_k) {
+                    dk = scalify::detail::swap_last_axes(
+                        scalify::detail::unbroadcast<S>(batched_product_transposed<S, void, true, false>(qv, g), kt_shape));
+                }
                 return std::tuple{std::move(dq), std::move(dk)};
             }));
     }
