@@ -8,6 +8,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <array>
 #include <bit>
 #include <cmath>
 #include <cstdint>
@@ -251,7 +252,7 @@ TEST_CASE("all_reduce_gradients: non-finite values and disagreeing trees", "[dis
 {
     dist::thread_group group(2);
     std::vector<grads_t> results(2);
-    std::vector<bool> found(2);
+    std::array<bool, 2> found{};  // one object per rank: std::vector<bool>'s packed bits race between the threads
     group.run([&](dist::reducer& world) {
         xt::xarray<float> x = rank_data(9, world.rank(), 2, 3, 0);
         if (world.rank() == 1) x(1, 2) = std::numeric_limits<float>::infinity();
