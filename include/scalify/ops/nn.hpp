@@ -61,6 +61,19 @@ struct axis_lanes {
     }
 };
 
+/// A lane finisher whose result is a function of exp(v - max) and the lane's total alone
+/// (from_exp(e, total)): normalise_along keeps the exps it sums.
+template <class Finish>
+concept finishes_from_exp = requires(const Finish& f, float e) { f.from_exp(e, e); };
+
+/// softmax's element: exp(v - max) / total.
+struct softmax_finish {
+    template <class C>
+    C operator()(C v, C top, C total, C) const noexcept { return from_exp(math::exp(v - top), total); }
+    template <class C>
+    C from_exp(C e, C total) const noexcept { return e / total; }
+};
+
 /// Per lane of the value: its max and total = sum exp(v - max), then element i's raw result
 /// finish_lane(v_i, max, total, log(total)). Along the last axis (contiguous lanes) the results
 /// are stored straight from the lanes' statistics (a periodic_source: no buffer of raw results to
@@ -86,12 +99,12 @@ template <class Op, class Strategy, class Out, class T, class P, class Finish>
     request.natural = 1.0f;
     request.input_scales[0] = a.scale();
     request.axis_length = lanes.length;
-    if constexpr (std::same_as<Op, ops::softmax> && std::same_as<out_or_t<Out, T>, C>) {
+    if constexpr (finishes_from_exp<Finish> && std::same_as<out_or_t<Out, T>, C>) {
         if (lanes.inner == 1 && lanes.length != 0) {
-            // softmax's exps, exp(v - max), are stored into the result as they are summed: one exp
-            // per element instead of two, in a loop of their own (16 lanes wide where the sum has
-            // 8), the same values and the same order of the sum; the result then divides them in
-            // place by their lane's total.
+            // A result that is a function of exp(v - max) (softmax's): the exps are stored into the
+            // result as they are summed, one exp per element instead of two, in a loop of their own
+            // (16 lanes wide where the sum has 8), the same values and order of the sum; the
+            // result then finishes them in place from their lane's total.
             xt::xarray<C> exps = xt::xarray<C>::from_shape(a.shape());
             C* e = exps.data();
             std::vector<C> totals(lanes.outer);
@@ -101,7 +114,9 @@ template <class Op, class Strategy, class Out, class T, class P, class Finish>
                 for (std::size_t k = 0; k < lanes.length; ++k) e[base + k] = math::exp(value(base + k) - top);
                 totals[base / lanes.length] = lane_sum<C>(lanes.length, [&](std::size_t k) { return e[base + k]; });
             });
-            const auto at = [e, totals = totals.data()](std::size_t i, std::size_t, std::size_t lane) { return e[i] / totals[lane]; };
+            const auto at = [e, totals = totals.data(), finish_lane](std::size_t i, std::size_t, std::size_t lane) {
+                return finish_lane.from_exp(e[i], totals[lane]);
+            };
             return finish<Op, Strategy, P, C, C>(op, a.shape(), request, periodic_source<decltype(at)>{at, lanes.length}, &exps);
         }
     }
@@ -133,8 +148,7 @@ template <class Op, class Strategy, class Out, class T, class P, class Finish>
 template <class Strategy = default_scaling, class Out = void, class T, class P>
 [[nodiscard]] auto softmax(const ScaledArray<T, P>& a, std::size_t axis)
 {
-    return detail::normalise_along<ops::softmax, Strategy, Out>(
-        "softmax", a, axis, [](auto v, auto top, auto total, auto) { return math::exp(v - top) / total; });
+    return detail::normalise_along<ops::softmax, Strategy, Out>("softmax", a, axis, detail::softmax_finish{});
 }
 
 /// a - logsumexp(a) along `axis`. Natural scale 1; unit_scaling: the expected RMS of the result
