@@ -4,6 +4,7 @@
 
 #include <catch2/catch.hpp>
 #include <xtensor/xmanipulation.hpp>
+#include <xtensor/xview.hpp>
 
 #include <algorithm>
 #include <cmath>
@@ -460,6 +461,33 @@ TEST_CASE("bad shapes are shape_errors naming both shapes", "[ops][errors]")
     // A scale that overflows float32 is reported, not stored.
     const auto big = make_scaled_array(xt::xarray<float>{1.0f}, std::ldexp(1.0f, 100));
     CHECK_THROWS_WITH(mul(big, big), Contains("mul: output scale inf"));
+}
+
+TEST_CASE("slice equals xtensor's strided view along every axis and element width", "[ops][shape]")
+{
+    // Runs shorter and longer than the 64-byte pieces slice copies in, with tails.
+    const auto check = [](auto zero) {
+        using T = decltype(zero);
+        const std::vector<std::size_t> shape{3, 5, 7, 37};
+        xt::xarray<T> data = xt::xarray<T>::from_shape(shape);
+        for (std::size_t i = 0; i < data.size(); ++i) data.data()[i] = static_cast<T>(static_cast<float>(i % 251));
+        const auto a = make_scaled_array<pow2_scale>(data, 2.0f);
+        for (std::size_t axis = 0; axis < shape.size(); ++axis) {
+            for (const auto& [first, last] : {std::pair<std::size_t, std::size_t>{0, 1}, {1, shape[axis]}, {0, shape[axis]}}) {
+                xt::xstrided_slice_vector slices(shape.size(), xt::all());
+                slices[axis] = xt::range(first, last);
+                const xt::xarray<T> expected = xt::strided_view(data, slices);
+                const auto s = slice(a, axis, first, last);
+                INFO("axis " << axis << ", [" << first << ", " << last << ")");
+                CHECK(s.scale() == 2.0f);
+                CHECK(s.data() == expected);
+            }
+        }
+    };
+    check(0.0f);
+    check(0.0);
+    check(Eigen::half(0));
+    check(float8_e4m3fn{});
 }
 
 TEST_CASE("fuzz regressions: slicing empty arrays", "[ops][fuzz_regression]")

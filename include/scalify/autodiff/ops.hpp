@@ -821,24 +821,39 @@ template <class X, class W, class Bias>
 
 // ---- normalisation and sequence ops ------------------------------------------------------------
 
+namespace detail {
+
+/// layer_norm (Centred) or rms_norm of x recorded with its backward rule, the lane statistics
+/// computed once: the backward rule reads those of the forward pass (the same values) instead of
+/// summing x's lanes again.
+template <class Op, bool Centred, class T, class P, class S>
+[[nodiscard]] var<T, P, S> normalise_recorded(const char* op, const char* vjp_op, const var<T, P, S>& x, double eps)
+{
+    using statistics = scalify::detail::lane_statistics<Centred, T, P>;
+    const auto& xv = x.value();
+    auto stats = std::make_shared<const statistics>(xv, scalify::detail::normalised_length(op, xv, eps), eps);
+    auto y = scalify::detail::normalise_last_axis<Op, Centred, S, void>(op, xv, eps, *stats);
+    return reads_no_output(record_op<S>(op, std::move(y), std::tuple{x},
+                                        [eps, vjp_op, stats = std::move(stats)](const auto& g, const auto&, const auto& xv) {
+                                            return std::tuple{scalify::detail::normalise_last_axis_vjp<Op, Centred, S, void>(
+                                                vjp_op, g, xv, eps, *stats)};
+                                        }));
+}
+
+}  // namespace detail
+
 /// layer_norm along the last axis (natural scale 1; normalization.hpp); backward layer_norm_vjp.
 template <class T, class P, class S>
 [[nodiscard]] var<T, P, S> layer_norm(const var<T, P, S>& x, double eps = 1e-5)
 {
-    return detail::reads_no_output(detail::record_op<S>("layer_norm", scalify::layer_norm<S>(x.value(), eps), std::tuple{x},
-                                [eps](const auto& g, const auto&, const auto& xv) {
-                                    return std::tuple{scalify::layer_norm_vjp<S>(g, xv, eps)};
-                                }));
+    return detail::normalise_recorded<ops::layer_norm, true>("layer_norm", "layer_norm_vjp", x, eps);
 }
 
 /// rms_norm along the last axis (natural scale 1; normalization.hpp); backward rms_norm_vjp.
 template <class T, class P, class S>
 [[nodiscard]] var<T, P, S> rms_norm(const var<T, P, S>& x, double eps = 1e-6)
 {
-    return detail::record_op<S>("rms_norm", scalify::rms_norm<S>(x.value(), eps), std::tuple{x},
-                                [eps](const auto& g, const auto&, const auto& xv) {
-                                    return std::tuple{scalify::rms_norm_vjp<S>(g, xv, eps)};
-                                });
+    return detail::normalise_recorded<ops::rms_norm, false>("rms_norm", "rms_norm_vjp", x, eps);
 }
 
 /// The rows table[ids] (sequence.hpp); the table's gradient scatter-adds the cotangent's rows.

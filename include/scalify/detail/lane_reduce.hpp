@@ -7,6 +7,8 @@
 /// i mod 8 and the eight are added as ((s0 + s4) + (s1 + s5)) + ((s2 + s6) + (s3 + s7)): the
 /// order is in the source, so the bits are the same on every CPU, scalar or vectorised.
 
+#include <scalify/numeric/math.hpp>
+
 #include <cstddef>
 
 namespace scalify::detail {
@@ -42,7 +44,9 @@ template <class V, class Term>
 template <class V, class Term>
 [[nodiscard]] inline V lane_max(std::size_t n, Term term, V lowest)
 {
-    return lane_reduce<V>(n, term, lowest, [](V x, V y) { return (x != x || x > y) ? x : y; });
+    // a select on bits: GCC keeps the ternary on floats in branches (softmax's max pass ran
+    // one element at a time)
+    return lane_reduce<V>(n, term, lowest, [](V x, V y) { return bit_select((x != x) | (x > y), x, y); });
 }
 
 }  // namespace scalify::detail

@@ -88,12 +88,14 @@ struct lane_statistics {
     }
 };
 
+/// The normalised x from its lane statistics (computed by the caller, who may keep them for the
+/// backward rule).
 template <class Op, bool Centred, class Strategy, class Out, class T, class P>
-[[nodiscard]] auto normalise_last_axis(const char* op, const ScaledArray<T, P>& x, double eps)
+[[nodiscard]] auto normalise_last_axis(const char* op, const ScaledArray<T, P>& x, double eps,
+                                       const lane_statistics<Centred, T, P>& stats)
 {
     using C = compute_t<T>;
     const std::size_t length = normalised_length(op, x, eps);
-    const lane_statistics<Centred, T, P> stats(x, length, eps);
     scale_request request;
     request.natural = 1.0f;
     request.input_scales[0] = x.scale();
@@ -109,8 +111,17 @@ template <class Op, bool Centred, class Strategy, class Out, class T, class P>
                                                         periodic_source<decltype(at)>{at, std::max<std::size_t>(length, 1)});
 }
 
+template <class Op, bool Centred, class Strategy, class Out, class T, class P>
+[[nodiscard]] auto normalise_last_axis(const char* op, const ScaledArray<T, P>& x, double eps)
+{
+    return normalise_last_axis<Op, Centred, Strategy, Out>(op, x, eps,
+                                                          lane_statistics<Centred, T, P>(x, normalised_length(op, x, eps), eps));
+}
+
+/// The gradient from x's lane statistics (those its forward pass computed: the same values).
 template <class Op, bool Centred, class Strategy, class Out, class G, class PG, class T, class P>
-[[nodiscard]] auto normalise_last_axis_vjp(const char* op, const ScaledArray<G, PG>& g, const ScaledArray<T, P>& x, double eps)
+[[nodiscard]] auto normalise_last_axis_vjp(const char* op, const ScaledArray<G, PG>& g, const ScaledArray<T, P>& x, double eps,
+                                           const lane_statistics<Centred, T, P>& stats)
 {
     using C = compute_t<G>;
     const std::size_t length = normalised_length(op, x, eps);
@@ -118,7 +129,6 @@ template <class Op, bool Centred, class Strategy, class Out, class G, class PG, 
         SCALIFY_THROW(shape_error(fmt::format("{}: cotangent shape {} differs from the input's {}", op,
                                               shape_string(g.shape()), shape_string(x.shape()))));
     }
-    const lane_statistics<Centred, T, P> stats(x, length, eps);
     const std::size_t lanes = length == 0 ? 0 : x.size() / length;
     const T* d = x.data().data();
     const G* gd = g.data().data();
@@ -155,6 +165,13 @@ template <class Op, bool Centred, class Strategy, class Out, class G, class PG, 
     }
     return finish<ops::vjp<Op>, Strategy, PG, out_or_t<Out, G>, C>(op, g.shape(), request,
                                                                   periodic_source<decltype(at)>{at, std::max<std::size_t>(length, 1)});
+}
+
+template <class Op, bool Centred, class Strategy, class Out, class G, class PG, class T, class P>
+[[nodiscard]] auto normalise_last_axis_vjp(const char* op, const ScaledArray<G, PG>& g, const ScaledArray<T, P>& x, double eps)
+{
+    return normalise_last_axis_vjp<Op, Centred, Strategy, Out>(op, g, x, eps,
+                                                              lane_statistics<Centred, T, P>(x, normalised_length(op, x, eps), eps));
 }
 
 }  // namespace detail
