@@ -32,6 +32,12 @@ time per step over the same steps, all threads: on a shared machine it shows the
 when other processes stretch the wall-clock figures), and at the end
 `summary framework=pytorch mode=fp32 steps=N ms_per_step=M val_bpc=X threads=T ...`.
 OMP_WAIT_POLICY is passive by default, as in pytorch_mlp.py (its module comment says why).
+
+`--profile` runs the training loop under torch.profiler and prints, after the summary, each ATen
+op's self CPU time in ms per training step and its calls per step, the largest first: the peer's
+side of docs/benchmarks.md's "Where a step goes". Pass --eval-every equal to --steps and
+--eval-batches 1, so that one evaluation batch is all that rides along; the profiler's own cost
+lengthens the step by about a sixth.
 """
 
 import argparse
@@ -176,6 +182,7 @@ def main():
     parser.add_argument("--eval-batches", type=int, default=16)
     parser.add_argument("--data", default=DEFAULT_DATA)
     parser.add_argument("--omp-wait-policy", choices=("passive", "active", "unset"), default="passive")
+    parser.add_argument("--profile", action="store_true", help="print each op's self CPU ms per step (torch.profiler)")
     args = parser.parse_args()
     if min(args.steps, args.threads, args.layers, args.d_model, args.heads, args.context, args.batch,
            args.eval_every, args.eval_batches) < 1 or args.d_model % args.heads:
@@ -229,6 +236,9 @@ def main():
     val_bpc = validation_bpc()
     print(f"step {0:5}  val_bpc={val_bpc:.4f}", flush=True)
     train_sum, seconds, interval_seconds, interval_cpu, since_eval = 0.0, 0.0, 0.0, 0.0, 0
+    profiler = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) if args.profile else None
+    if profiler is not None:
+        profiler.start()
     for step in range(args.steps):
         start, cpu_start = time.perf_counter(), time.process_time()
         x, y = windows(train, [rng() % train_starts for _ in range(b)])
@@ -256,8 +266,19 @@ def main():
                   f"interval_ms_per_step={1000 * interval_seconds / since_eval:.1f}  "
                   f"interval_cpu_ms_per_step={1000 * interval_cpu / since_eval:.1f}", flush=True)
             train_sum, interval_seconds, interval_cpu, since_eval = 0.0, 0.0, 0.0, 0
+    if profiler is not None:
+        profiler.stop()
     print(f"summary framework=pytorch mode=fp32 steps={args.steps} ms_per_step={1000 * seconds / args.steps:.1f} "
           f"val_bpc={val_bpc:.4f} threads={args.threads} seed={args.seed} torch={torch.__version__}")
+    if profiler is not None:
+        events = sorted(profiler.key_averages(), key=lambda e: e.self_cpu_time_total, reverse=True)
+        total = sum(e.self_cpu_time_total for e in events)
+        print(f"profile: self CPU ms per step by op ({total / 1000 / args.steps:.1f} ms per step in all)")
+        for e in events:
+            if e.self_cpu_time_total < 0.002 * total:
+                break
+            print(f"  {e.key:<40} {e.self_cpu_time_total / 1000 / args.steps:7.2f} ms  "
+                  f"{100 * e.self_cpu_time_total / total:5.1f} %  {e.count / args.steps:7.1f} calls")
     return 0
 
 
