@@ -58,6 +58,7 @@
 #include <xtensor/xarray.hpp>
 
 #include <algorithm>
+#include <array>
 #include <bit>
 #include <cfenv>
 #include <cmath>
@@ -606,20 +607,127 @@ template <class V>
     return (x << std::max(shift, 0)) >> std::min(std::max(-shift, 0), 63);
 }
 
+/// An f16 or fp8 operand as the float lanes read it: its value (0 for a NaN or inf), its nominal
+/// exponent (-126 for a zero) and whether it takes its row or column through the exact chain (not
+/// finite; an exponent past 63 is not theirs).
+struct float_lane {
+    float value;
+    std::int16_t exponent;
+    bool wild;
+};
+
+/// Every code of an 8-bit operand type as float_lane reads it, from lane_table, in three tables
+/// (loads the compiler gathers).
+template <class T>
+struct fp8_lane_tables {
+    std::array<float, 256> value{};
+    std::array<std::int16_t, 256> exponent{};
+    std::array<unsigned char, 256> wild{};
+};
+template <class T>
+inline constexpr fp8_lane_tables<T> fp8_lanes = [] {
+    fp8_lane_tables<T> t;
+    for (std::size_t code = 0; code < 256; ++code) {
+        const lane_operand o = lane_table<T>[code];
+        const bool zero = o.exponent == lane_zero_exponent;
+        t.value[code] = o.value;
+        t.exponent[code] = static_cast<std::int16_t>(zero ? -126 : int{o.exponent});
+        t.wild[code] = o.special || (!zero && o.exponent > 63) ? 1 : 0;
+    }
+    return t;
+}();
+
+/// float_lane of an Eigen::half or an 8-bit operand, branch-free (f16 on its bits, as lane_decode
+/// reads it: the nominal exponent of a subnormal is -14).
+template <class T>
+[[nodiscard]] inline float_lane float_lane_of(const T& x) noexcept
+{
+    if constexpr (std::same_as<T, Eigen::half>) {
+        const std::uint32_t h = std::bit_cast<std::uint16_t>(x);
+        const std::uint32_t field = (h >> 10) & 0x1fu, mantissa = h & 0x3ffu, sign = (h & 0x8000u) << 16;
+        const float normal = std::bit_cast<float>(sign | (field + 112) << 23 | mantissa << 13);
+        const float subnormal = std::bit_cast<float>(sign | std::bit_cast<std::uint32_t>(static_cast<float>(static_cast<std::int32_t>(mantissa)) * 0x1p-24f));
+        const bool special = field == 0x1f;
+        const float value = field == 0 ? subnormal : special ? 0.0f : normal;
+        const int exponent = field != 0 && !special ? static_cast<int>(field) - 15 : field == 0 && mantissa != 0 ? -14 : -126;
+        return {value, static_cast<std::int16_t>(exponent), special};
+    } else {
+        static_assert(sizeof(T) == 1, "float lanes: Eigen::half and 8-bit operands");
+        const unsigned code = code_of(x);
+        return {fp8_lanes<T>.value[code], fp8_lanes<T>.exponent[code], fp8_lanes<T>.wild[code] != 0};
+    }
+}
+
+/// count operands x[0..count) into value and exponent; whether one of them is wild.
+template <class T>
+[[nodiscard]] inline bool float_lanes_of(const T* x, std::size_t count, float* value, std::int16_t* exponent) noexcept
+{
+    unsigned wild = 0;
+    for (std::size_t i = 0; i < count; ++i) {
+        const float_lane d = float_lane_of(x[i]);
+        value[i] = d.value;
+        exponent[i] = d.exponent;
+        wild |= d.wild ? 1u : 0u;
+    }
+    return wild != 0;
+}
+
+/// The join of a block with C in the float lanes (f16, fp8), in int32 lanes and one float
+/// conversion: fused_block's sum31 + 128 * c24 (units of 2^(max_e - 31), up to 38 bits) rounded
+/// once to float32. e is the block's exponent and s its sum (units of 2^(e - 24), |s| < 2^30), cb
+/// C's bits, finite with ec = max(exponent, -126) <= 120 (the caller marks the others), and e <= 120;
+/// a nonzero s needs e >= -125 (a block with a nonzero f16 or fp8 product has e >= -32). With
+/// d = ec - e:
+/// - d <= 5 (C at most 5 binades above the block, or below it): z = s + floor(cm * 2^(1 + d)),
+///   |z| < 2^31, in units of 2^(e - 24) (s loses nothing; fp8: no C more than 25 below e);
+/// - d >= 6: v = 256 cm + floor(s * 2^(7 - d)) in units of 2^(ec - 31), exact in int32 while
+///   t = floor(v / 256) lies in [-2^23, 2^23); beyond, the result's last place is 2^(ec - 23) or
+///   above and v's round to odd at 2^(ec - 25) (floor(v / 64), the low bit set if v % 64 != 0;
+///   |.| > 2^25) rounds to the same float32.
+/// float(z) is the one RNE where z is not exact in a float (then s != 0, so e >= -125, or the round
+/// to odd, either way a normal result); z * 2^u below is exact (a normal float, |z| >= 1) until
+/// the last scaling 2^-31, exact or the one RNE (gradual underflow). A result from 2^96 may reach
+/// +-inf in the first product: not finite, it is marked.
+template <bool EvenOdd>
+[[nodiscard]] inline float join_float_lane(std::int32_t e, std::int32_t s, std::uint32_t cb) noexcept
+{
+    const auto field = static_cast<std::int32_t>((cb >> 23) & 0xffu);
+    const std::int32_t ec = std::max(field, 1) - 127;  // -126 for a subnormal or zero
+    const std::uint32_t magnitude = (cb & 0x7fffffu) | (field != 0 ? 0x800000u : 0u);
+    const std::uint32_t cm = (cb >> 31) != 0 ? 0u - magnitude : magnitude;  // two's complement, |cm| < 2^24
+    const std::int32_t d = ec - e;
+    // d <= 5: units of 2^(e - 24).
+    std::int32_t cb_part = static_cast<std::int32_t>(cm << 6) >> std::min(static_cast<std::uint32_t>(5 - d), 31u);
+    if constexpr (EvenOdd) cb_part &= -static_cast<std::int32_t>(d >= -25);
+    const std::int32_t z_low = s + cb_part;
+    // d >= 6: units of 2^(ec - 31), or of 2^(ec - 25) rounded to odd.
+    const std::int32_t s31 = (s * 2) >> std::min(static_cast<std::uint32_t>(d - 6), 31u);
+    const std::uint32_t t = cm + static_cast<std::uint32_t>(s31 >> 8);
+    const bool in_int32 = t + 0x800000u < 0x1000000u;
+    const std::uint32_t odd = ((cm << 2) + static_cast<std::uint32_t>(s31 >> 6)) | ((s31 & 63) != 0 ? 1u : 0u);
+    const std::uint32_t z_high = in_int32 ? (cm << 8) + static_cast<std::uint32_t>(s31) : odd;
+    const bool high = d >= 6;
+    const auto z = static_cast<std::int32_t>(high ? z_high : static_cast<std::uint32_t>(z_low));
+    const std::int32_t unit = high ? ec - (in_int32 ? 31 : 25) : e - 24;  // in [-157, 96]
+    const float scale = std::bit_cast<float>(static_cast<std::uint32_t>(unit + 31 + 127) << 23);
+    return static_cast<float>(z) * scale * 0x1p-31f;
+}
+
 /// lane_width outputs of the CDNA3 unit's GEMM in float or double lanes (V) and integer lanes:
-/// a_val/a_exp hold kp operand values (exact in V) and nominal exponents (-126 for a zero),
+/// a_val/a_exp hold kp operand values (exact in V) and nominal exponents (int16, -126 for a zero),
 /// b_val/b_exp kp rows of lane_width. Each block's products are exact in V and cut with one
 /// conversion to int32 (|cut| < 2^26; a block's half sums stay below 2^30); the round-downs are
-/// integer shifts; the result's rounding to float32 is the host's conversion of an exact double
-/// (nearest even, gradual underflow, overflow to inf). Float lanes serve operands whose products
+/// integer shifts; the result's one rounding to float32 (nearest even, gradual underflow, overflow
+/// to inf) is the host's conversion of an exact double (double lanes) or join_float_lane's
+/// (float lanes). Float lanes serve operands whose products
 /// are exact in float and whose exponents keep a nonzero product's scale 2^(24 - emax) a normal
 /// float (f16, fp8): the scale is clamped there, where every product is zero. Operands must be
 /// finite and every nominal product exponent below 127 (the caller checks); an output whose
 /// result is not finite is marked in the returned mask (recomputed by chain_read, which has the
 /// rules for infinities and NaN). Every loop runs across the lanes, without branches.
 template <std::size_t Block, bool EvenOdd, class V>
-[[nodiscard]] std::uint32_t fused_lanes(const V* a_val, const int* a_exp, const V* b_val, const int* b_exp,
-                                        std::size_t kp, float* out) noexcept
+[[nodiscard]] std::uint32_t fused_lanes(const V* a_val, const std::int16_t* a_exp, const V* b_val,
+                                        const std::int16_t* b_exp, std::size_t kp, float* out) noexcept
 {
     constexpr std::size_t W = lane_width;
     constexpr std::size_t halves = EvenOdd ? 2 : 1;
@@ -628,15 +736,19 @@ template <std::size_t Block, bool EvenOdd, class V>
     alignas(64) std::uint32_t lost[W] = {};  // C was not finite at some block
     for (std::size_t s = 0; s < kp; s += Block) {
         const V* av = a_val + s;
-        const int* ae = a_exp + s;
+        const std::int16_t* ae = a_exp + s;
         const V* bv = b_val + s * W;
-        const int* be = b_exp + s * W;
+        const std::int16_t* be = b_exp + s * W;
         // One loop over the lanes per block, the block's products unrolled in it: the form the
         // compiler vectorises without shuffles.
         for (std::size_t j = 0; j < W; ++j) {
+            // The exponents in int16 lanes (sums in [-252, 254]): half the vectors of int32.
+            std::int16_t emax16[halves];
+            for (std::size_t h = 0; h < halves; ++h) emax16[h] = static_cast<std::int16_t>(ae[h] + be[h * W + j]);
+            for (std::size_t q = halves; q < Block; ++q)
+                emax16[q % halves] = std::max(emax16[q % halves], static_cast<std::int16_t>(ae[q] + be[q * W + j]));
             std::int32_t emax[halves];
-            for (std::size_t h = 0; h < halves; ++h) emax[h] = ae[h] + be[h * W + j];
-            for (std::size_t q = halves; q < Block; ++q) emax[q % halves] = std::max(emax[q % halves], ae[q] + be[q * W + j]);
+            for (std::size_t h = 0; h < halves; ++h) emax[h] = emax16[h];
             V scale[halves];
             std::int32_t sum[halves];
             for (std::size_t h = 0; h < halves; ++h) {
@@ -646,8 +758,9 @@ template <std::size_t Block, bool EvenOdd, class V>
             for (std::size_t q = 0; q < Block; ++q)
                 sum[q % halves] += static_cast<std::int32_t>(av[q] * bv[q * W + j] * scale[q % halves]);  // exact, then cut
             // int32 lanes for the exponents and the right shifts (toward -inf; a shift of 31
-            // leaves 0 or -1, as any longer one), double lanes for what needs more than 32 bits:
-            // every quantity is an integer below 2^38 times a power of two, exact in a double.
+            // leaves 0 or -1, as any longer one); the join with C: join_float_lane in int32 lanes
+            // (float lanes), or double lanes for what needs more than 32 bits (every quantity is
+            // an integer below 2^38 times a power of two, exact in a double).
             std::int32_t e = emax[0];
             std::int32_t total_sum = sum[0];  // units of 2^(e - 24), below 2^30
             if constexpr (EvenOdd) {
@@ -655,25 +768,31 @@ template <std::size_t Block, bool EvenOdd, class V>
                 total_sum = (sum[0] >> std::min(e - emax[0], 31)) + (sum[1] >> std::min(e - emax[1], 31));
             }
             const std::uint32_t cb = std::bit_cast<std::uint32_t>(acc[j]);
-            const auto field = static_cast<std::int32_t>((cb >> 23) & 0xffu);
-            const std::int32_t normal = field != 0 ? 1 : 0;
-            const std::int32_t ec = field - 127 + (1 - normal);  // -126 for a subnormal or zero
-            const auto magnitude = static_cast<std::int32_t>((cb & 0x7fffffu) | (static_cast<std::uint32_t>(normal) << 23));
-            const std::int32_t sign = -static_cast<std::int32_t>(cb >> 31);
-            const std::int32_t cm = (magnitude ^ sign) - sign;
-            const std::int32_t max_e = std::min(std::max(e, ec), 127);  // 128: C is inf (marked)
-            const std::int32_t up = 7 + e - max_e;  // at most 7
-            const std::int32_t s_down = total_sum >> std::min(std::max(-up, 0), 31);
-            const std::int32_t c_shift = 1 + ec - max_e;  // at most 1
-            std::int32_t c24 = (cm * (1 + (c_shift > 0 ? 1 : 0))) >> std::min(std::max(-c_shift, 0), 31);
-            if constexpr (EvenOdd) c24 &= -static_cast<std::int32_t>(ec >= max_e - 25);
-            const auto power = [](std::int32_t x) {  // 2^x, x in [-126, 127], as a double
-                return static_cast<double>(std::bit_cast<float>(static_cast<std::uint32_t>(127 + x) << 23));
-            };
-            const double total = static_cast<double>(s_down) * power(std::max(up, 0)) + static_cast<double>(c24) * 128.0;
-            // total * 2^(max_e - 31): exact, then one RNE.
-            acc[j] = static_cast<float>(total * 0x1p-31 * power(std::max(max_e, -126)));
-            lost[j] |= static_cast<std::uint32_t>(field == 0xff);
+            if constexpr (std::same_as<V, float>) {
+                acc[j] = join_float_lane<EvenOdd>(e, total_sum, cb);
+                // C from 2^121 (or not finite): the join's scale needs max(e, ec) <= 120.
+                lost[j] |= static_cast<std::uint32_t>(((cb >> 23) & 0xffu) > 247u);
+            } else {
+                const auto field = static_cast<std::int32_t>((cb >> 23) & 0xffu);
+                const std::int32_t normal = field != 0 ? 1 : 0;
+                const std::int32_t ec = field - 127 + (1 - normal);  // -126 for a subnormal or zero
+                const auto magnitude = static_cast<std::int32_t>((cb & 0x7fffffu) | (static_cast<std::uint32_t>(normal) << 23));
+                const std::int32_t sign = -static_cast<std::int32_t>(cb >> 31);
+                const std::int32_t cm = (magnitude ^ sign) - sign;
+                const std::int32_t max_e = std::min(std::max(e, ec), 127);  // 128: C is inf (marked)
+                const std::int32_t up = 7 + e - max_e;  // at most 7
+                const std::int32_t s_down = total_sum >> std::min(std::max(-up, 0), 31);
+                const std::int32_t c_shift = 1 + ec - max_e;  // at most 1
+                std::int32_t c24 = (cm * (1 + (c_shift > 0 ? 1 : 0))) >> std::min(std::max(-c_shift, 0), 31);
+                if constexpr (EvenOdd) c24 &= -static_cast<std::int32_t>(ec >= max_e - 25);
+                const auto power = [](std::int32_t x) {  // 2^x, x in [-126, 127], as a double
+                    return static_cast<double>(std::bit_cast<float>(static_cast<std::uint32_t>(127 + x) << 23));
+                };
+                const double total = static_cast<double>(s_down) * power(std::max(up, 0)) + static_cast<double>(c24) * 128.0;
+                // total * 2^(max_e - 31): exact, then one RNE.
+                acc[j] = static_cast<float>(total * 0x1p-31 * power(std::max(max_e, -126)));
+                lost[j] |= static_cast<std::uint32_t>(field == 0xff);
+            }
         }
     }
     std::uint32_t mask = 0;
@@ -826,27 +945,44 @@ struct gemm_engine<Instruction> {
                 }
             };
             std::vector<V> a_val(m * kp, V(0)), b_val(blocks * kp * W, V(0));
-            std::vector<int> a_exp(m * kp, -126), b_exp(blocks * kp * W, -126);
+            std::vector<std::int16_t> a_exp(m * kp, -126), b_exp(blocks * kp * W, -126);
             std::vector<unsigned char> row_wild(m, 0), column_wild(n, 0);
             V* const av = a_val.data();
             V* const bv = b_val.data();
-            int* const ae = a_exp.data();
-            int* const be = b_exp.data();
+            std::int16_t* const ae = a_exp.data();
+            std::int16_t* const be = b_exp.data();
             unsigned char* const rw = row_wild.data();
             unsigned char* const cw = column_wild.data();
-            decode(
-                [=](std::size_t i, std::size_t p, std::size_t at) {
-                    const decoded d = read_one(a[i * k + p]);
-                    av[at] = d.value;
-                    ae[at] = d.exponent;
-                    rw[i] |= d.wild ? 1 : 0;
-                },
-                [=](std::size_t from, std::size_t j, std::size_t at) {
-                    const decoded d = read_one(b[from]);
-                    bv[at] = d.value;
-                    be[at] = d.exponent;
-                    cw[j] |= d.wild ? 1 : 0;
+            if constexpr (std::same_as<V, float>) {
+                // f16, fp8: runs of operands decoded branch-free (vectorised), the wild flags
+                // gathered locally.
+                scalify::detail::parallel_for(m, [=](std::size_t i) {
+                    rw[i] = cdna::float_lanes_of(a + i * k, k, av + i * kp, ae + i * kp) ? 1 : 0;
                 });
+                scalify::detail::parallel_for(blocks, [=](std::size_t blk) {
+                    const std::size_t j0 = blk * W, width = std::min(W, n - j0);
+                    for (std::size_t p = 0; p < k; ++p) {
+                        const TB* from = b + p * n + j0;
+                        if (cdna::float_lanes_of(from, width, bv + (blk * kp + p) * W, be + (blk * kp + p) * W)) {
+                            for (std::size_t j = 0; j < width; ++j) cw[j0 + j] |= cdna::float_lane_of(from[j]).wild ? 1 : 0;
+                        }
+                    }
+                });
+            } else {
+                decode(
+                    [=](std::size_t i, std::size_t p, std::size_t at) {
+                        const decoded d = read_one(a[i * k + p]);
+                        av[at] = d.value;
+                        ae[at] = static_cast<std::int16_t>(d.exponent);
+                        rw[i] |= d.wild ? 1 : 0;
+                    },
+                    [=](std::size_t from, std::size_t j, std::size_t at) {
+                        const decoded d = read_one(b[from]);
+                        bv[at] = d.value;
+                        be[at] = static_cast<std::int16_t>(d.exponent);
+                        cw[j] |= d.wild ? 1 : 0;
+                    });
+            }
             const auto lanes = [=](std::size_t i, std::size_t blk, float* lane_out) {
                 if (rw[i]) return ~std::uint32_t{0};
                 std::uint32_t unsure =
