@@ -481,4 +481,65 @@ TEST_CASE("tensor_core_cdna: the GEMMs' lanes give the exact chain's bits", "[te
     check_gemm_paths<tc::mi300_mfma_chain, e5, e5>(rng);
 }
 
+template <class T>
+T long_chain_operand(std::mt19937& rng, int mode)
+{
+    // mode 0: N(0,1) times 2^[-6, 6]; 1: times 2^[-30, 19] (zeros, subnormals, and f16 infinities
+    // or fp8 NaN that send their row or column through the exact chain); 2: 70% zeros.
+    std::normal_distribution<float> d;
+    std::uniform_int_distribution<int> narrow(-6, 6), wide(-30, 19);
+    if (mode == 1) return T(std::ldexp(d(rng), wide(rng)));
+    if (mode == 2 && rng() % 10 < 7) return T(0.0f);
+    return T(std::ldexp(d(rng), narrow(rng)));
+}
+
+template <class Model, class TA, class TB>
+void check_long_chains(std::mt19937& rng)
+{
+    // The float lanes (f16, fp8) on long chains against gemm_dot's exact chain: K = 1031 (the
+    // last block zero-padded), N = 37 (two lane blocks), a row of zeros; with `cancel`, each odd
+    // block of K repeats the row's previous block against the negated column block, so that the
+    // chain keeps falling back towards zero (the joins' cancellations, C below the block).
+    const std::size_t m = 3, k = 1031, n = 37;
+    constexpr std::size_t block = Model::instruction::template block<TA, TB>;
+    const int combos[][3] = {{0, 0, 0}, {0, 0, 1}, {1, 1, 0}, {1, 0, 1}, {2, 2, 0}, {0, 2, 1}, {1, 2, 0}, {2, 1, 1}};
+    for (const auto& combo : combos) {
+        xt::xarray<TA> a = xt::xarray<TA>::from_shape({m, k});
+        xt::xarray<TB> b = xt::xarray<TB>::from_shape({k, n});
+        for (auto& v : a) v = long_chain_operand<TA>(rng, combo[0]);
+        for (auto& v : b) v = long_chain_operand<TB>(rng, combo[1]);
+        if (combo[2] != 0) {
+            for (std::size_t p = block; p < k; ++p) {
+                if ((p / block) % 2 == 0) continue;
+                for (std::size_t i = 0; i < m; ++i) a(i, p) = a(i, p - block);
+                for (std::size_t j = 0; j < n; ++j) b(p, j) = TB(-static_cast<float>(b(p - block, j)));
+            }
+        }
+        for (std::size_t p = 0; p < k; ++p) a(1, p) = TA(0.0f);
+        const auto g = tc::gemm<Model>(a, b);
+        std::size_t same = 0;
+        for (std::size_t i = 0; i < m; ++i)
+            for (std::size_t j = 0; j < n; ++j) {
+                std::vector<TA> row(k);
+                std::vector<TB> col(k);
+                for (std::size_t p = 0; p < k; ++p) {
+                    row[p] = a(i, p);
+                    col[p] = b(p, j);
+                }
+                same += same_result(bits_of(g(i, j)), bits_of(tc::gemm_dot<Model>(row, col))) ? 1 : 0;
+            }
+        CAPTURE(Model::name, combo[0], combo[1], combo[2]);
+        CHECK(same == m * n);
+    }
+}
+
+TEST_CASE("tensor_core_cdna: CDNA3's float lanes (f16, fp8) give the exact chain's bits on long chains", "[tensor_core][cdna]")
+{
+    std::mt19937 rng(20260611);
+    check_long_chains<tc::mi300_mfma_chain, f16, f16>(rng);
+    check_long_chains<tc::mi300_mfma_chain, e4, e4>(rng);
+    check_long_chains<tc::mi300_mfma_chain, e5, e4>(rng);
+    check_long_chains<tc::mi300_mfma_chain, e5, e5>(rng);
+}
+
 }  // namespace tc_cdna

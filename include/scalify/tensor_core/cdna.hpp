@@ -752,7 +752,14 @@ template <std::size_t Block, bool EvenOdd, class V>
             V scale[halves];
             std::int32_t sum[halves];
             for (std::size_t h = 0; h < halves; ++h) {
-                scale[h] = pow2_of<V>(24 - emax[h]);
+                if constexpr (std::same_as<V, float>) {
+                    // pow2_of's 2^(24 - emax) clamped at 2^127, emax <= 30 here (f16, fp8): the
+                    // clamp taken in int16 lanes.
+                    const std::int16_t clamped = std::max(emax16[h], std::int16_t{-103});
+                    scale[h] = std::bit_cast<float>(static_cast<std::uint32_t>(151 - clamped) << 23);
+                } else {
+                    scale[h] = pow2_of<V>(24 - emax[h]);
+                }
                 sum[h] = 0;
             }
             for (std::size_t q = 0; q < Block; ++q)
