@@ -1,7 +1,7 @@
 // Tensor-core models side by side with Eigen's float GEMM on the same shape, in one run:
 //   gemm<h100_cublaslt_fp8> / <h100_cublaslt_fp8_fast> on 256 x 1024 x 256 e4m3fn codes vs Eigen
 //   sgemm on float copies of the same values (the target: within 10x of the peer);
-//   the HMMA chain on f16 and bf16; b200_f8f6f4, AMX-BF16 and the CDNA units (MI250, MI300);
+//   the HMMA chain on f16 and bf16; b200_f8f6f4, AMX-BF16, AMX-FP16 and the CDNA units (MI250, MI300);
 //   the B200's block-scaled GEMMs (MXFP8, NVFP4, MXFP4) through block_gemm;
 //   a unit the lanes do not cover, on the reference engine;
 //   scaled fp8 matmul with exact vs H100 accumulation at 512^3.
@@ -93,6 +93,9 @@ BENCHMARK(gemm_model<tc::b200_f8f6f4_chain, float8_e4m3fn>)
 // fused round-down unit (CDNA3), each in its own lanes.
 BENCHMARK(gemm_model<tc::amx_bf16_gemm, Eigen::bfloat16>)
     ->Name("gemm_256x1024x256_bf16_amx_bf16_gemm")
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK(gemm_model<tc::amx_fp16_gemm, Eigen::half>)
+    ->Name("gemm_256x1024x256_f16_amx_fp16_gemm")
     ->Unit(benchmark::kMillisecond);
 BENCHMARK(gemm_model<tc::mi250_mfma_chain, Eigen::half>)
     ->Name("gemm_256x1024x256_f16_mi250_mfma_chain")

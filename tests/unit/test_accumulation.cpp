@@ -121,11 +121,16 @@ TEST_CASE("each GPU's accumulation runs its GEMM model per operand pair, exact w
         expect_gemm<tc::b200_tf32_chain, float, float>("b200+tf32", 20);
         expect_gemm<void, float, float>("b200", 21);
     }
-    SECTION("amx: bf16 only")
+    SECTION("amx: bf16 (AMX-BF16) and f16 (AMX-FP16), no fp8")
     {
         expect_gemm<tc::amx_bf16_gemm, bf16, bf16>("amx", 22);
-        expect_gemm<void, f16, f16>("amx", 23);
+        expect_gemm<tc::amx_fp16_gemm, f16, f16>("amx", 23);
         expect_gemm<void, e4m3, e4m3>("amx", 24);
+        expect_gemm<void, float, float>("amx", 29);
+        const tc::accumulation_scope<> amx("amx");
+        CHECK(tc::current_gemm_name(dtype::float16, dtype::float16) == "amx_fp16_gemm");
+        CHECK(tc::current_gemm_name(dtype::bfloat16, dtype::bfloat16) == "amx_bf16_gemm");
+        CHECK(tc::current_gemm_name(dtype::float16, dtype::bfloat16) == "exact");
     }
     SECTION("b200-f8f6f4: fp8 on tcgen05 kind::f8f6f4, the rest as b200")
     {

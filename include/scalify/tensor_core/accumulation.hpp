@@ -100,7 +100,8 @@ enum class accumulation {
                   ///< h100_hmma_chain; tf32: h100_tf32_chain
     h100_fast,    ///< the same, fp8 by h100_cublaslt_fp8_fast (use_fast_accum=True: one chain)
     b200,         ///< fp8: b200_qmma_chain (mma.sync); f16, bf16: b200_hmma_chain; tf32: b200_tf32_chain
-    amx,          ///< bf16: amx_bf16_gemm (Intel AMX TDPBF16PS; no f16, fp8 or tf32 model)
+    amx,          ///< bf16: amx_bf16_gemm (Intel AMX TDPBF16PS); f16: amx_fp16_gemm (AMX-FP16 TDPFP16PS,
+                  ///< not captured); no fp8 or tf32 unit
     b200_f8f6f4,  ///< as b200, fp8 by b200_f8f6f4_chain (tcgen05.mma kind::f8f6f4)
     mi100,        ///< f16, bf16: mi100_mfma_chain (AMD CDNA1; no fp8 or xf32 unit)
     mi250,        ///< f16, bf16: mi250_mfma_chain (AMD CDNA2, the bf16_1k instructions)
@@ -145,7 +146,7 @@ template <> struct accumulation_gemms<accumulation::b200_f8f6f4> : accumulation_
 template <> struct accumulation_gemms<accumulation::mi100> : accumulation_gemms_of<void, mi100_mfma_chain> { static constexpr std::string_view name = "mi100"; };
 template <> struct accumulation_gemms<accumulation::mi250> : accumulation_gemms_of<void, mi250_mfma_chain> { static constexpr std::string_view name = "mi250"; };
 template <> struct accumulation_gemms<accumulation::mi300> : accumulation_gemms_of<mi300_mfma_chain, mi300_mfma_chain> { static constexpr std::string_view name = "mi300"; };
-template <> struct accumulation_gemms<accumulation::amx> : accumulation_gemms_of<void, amx_bf16_gemm> { static constexpr std::string_view name = "amx"; };
+template <> struct accumulation_gemms<accumulation::amx> : accumulation_gemms_of<void, amx_bf16_gemm, amx_fp16_gemm> { static constexpr std::string_view name = "amx"; };
 // clang-format on
 
 namespace detail {

@@ -1,11 +1,11 @@
 #pragma once
 /// \file tensor_core/amx.hpp
-/// Intel's bf16 matrix and vector units, bit for bit: AMX TDPBF16PS (amx_bf16) and AVX512_BF16
+/// Intel's 16-bit matrix and vector units, bit for bit: AMX TDPBF16PS (amx_bf16) and AVX512_BF16
 /// VDPBF16PS (avx512_bf16), measured on a Xeon with AMX-BF16 (Sapphire or Emerald Rapids: the VM
-/// hides which; tools/capture_amx.cpp, tests/data/amx/). Neither fits inner_product_model: they
-/// do not align a block of products to one exponent but chain float32 fused multiply-adds, each
-/// rounded to nearest even, with bf16 and accumulator subnormals read as zero (DAZ) and subnormal
-/// results flushed to zero (FTZ):
+/// hides which; tools/capture_amx.cpp, tests/data/amx/); and AMX-FP16 TDPFP16PS (amx_fp16), not
+/// captured (below). None fits inner_product_model: they do not align a block of products to one
+/// exponent but chain float32 fused multiply-adds, each rounded to nearest even, with bf16 and
+/// accumulator subnormals read as zero (DAZ) and subnormal results flushed to zero (FTZ):
 ///
 /// - TDPBF16PS, per output, K = 2 * pairs (pairs = the A tile's colsb / 4, at most 16):
 ///       even = +0; odd = +0
@@ -20,16 +20,28 @@
 /// inf * 0 and inf - inf give 0xffc00000 (x86's default NaN). MXCSR is neither read nor written
 /// (the capture ran under two MXCSR settings with the same bits).
 ///
+/// AMX-FP16 TDPFP16PS (Granite Rapids), amx_fp16: an extrapolation, not a capture (no CPU here
+/// has AMX-FP16). From the SDM (and LLVM's amxfp16intrin.h): the same Operation pseudo-code as
+/// TDPBF16PS with fp16 operands widened to float32; RNE on each FMA; output float32 denormals
+/// flushed; input fp16 denormals handled, not read as zero; MXCSR not consulted. From the
+/// measured TDPBF16PS unit: the order (two lanes from +0, then c + (even + odd); the SDM's
+/// pseudo-code reads as one sequential += chain for TDPBF16PS too, and the hardware does not run
+/// it that way), FTZ after rounding on every step, the NaN rules. Unknown, taken from TDPBF16PS:
+/// whether a float32 subnormal accumulator C is read as zero (here: yes, DAZ; the SDM says
+/// nothing of it). A capture would decide between this and the SDM's literal order (one chain
+/// from C, products in increasing k). Every fp16 value, subnormals included, is a normal float32
+/// or a zero, and fp16 products (22 significant bits, 2^-48 to 2^32) are exact, so DAZ on the
+/// widened operands never changes one.
+///
 ///     std::array<Eigen::bfloat16, 32> a{...}, b{...};
 ///     float d = tensor_core::dot<tensor_core::amx_bf16>(a, b, 0.0f);          // one TDPBF16PS output
 ///     auto y = tensor_core::gemm<tensor_core::amx_bf16_gemm>(x, w);           // chained along K
+///     auto z = tensor_core::gemm<tensor_core::amx_fp16_gemm>(xh, wh);         // Eigen::half operands
 ///
 /// The instructions are MatrixInstructions and their GEMMs gemm_model tags (fma_gemm_model<I> is
 /// gemm_model<I, 0>): gemm and gemm_dot are the ones of gemm.hpp, this header supplies their
 /// engine (detail::gemm_engine<FmaChainModel>); dot takes them through an overload constrained on
-/// FmaChainModel. AMX-FP16 (TDPFP16PS) is not modelled: it was not captured
-/// (the capturing CPU lacks it), and the SDM text available states its rounding and denormal
-/// handling but not the order of its additions. docs: the AMX section of docs/tensor_core.md.
+/// FmaChainModel. docs: the AMX section of docs/tensor_core.md.
 
 #include <scalify/detail/parallel.hpp>
 #include <scalify/error.hpp>
@@ -91,6 +103,14 @@ struct amx_bf16 : fma_chain_model<32, same_type_of<Eigen::bfloat16>, fma_chain_o
     static constexpr const char* name = "amx_bf16";
 };
 
+/// Intel AMX-FP16 TDPFP16PS (Granite Rapids), one output of a tile: amx_bf16's datapath with
+/// fp16 operands, read exactly (fp16 subnormals are not flushed); a float32 subnormal C is read as
+/// zero as on TDPBF16PS. Not captured: the SDM's rules on the measured TDPBF16PS order (the file
+/// comment says which part comes from where).
+struct amx_fp16 : fma_chain_model<32, same_type_of<Eigen::half>, fma_chain_order::two_lanes_then_accumulator> {
+    static constexpr const char* name = "amx_fp16";
+};
+
 /// Intel AVX512_BF16 VDPBF16PS (Cooper Lake, Sapphire Rapids, Zen 4 and later), one float32 lane:
 /// fma(a[0], b[0], fma(a[1], b[1], c)). Measured on the same Xeon only (Cooper Lake and Zen 4 not
 /// captured).
@@ -116,6 +136,12 @@ concept FmaGemmModelFor = FmaGemmModel<M> && FmaChainModelFor<typename M::instru
 /// order, not a captured library GEMM (oneDNN's, for one, was not captured).
 struct amx_bf16_gemm : fma_gemm_model<amx_bf16> {
     static constexpr const char* name = "amx_bf16_gemm";
+};
+
+/// An fp16 GEMM on AMX-FP16 tiles: 32 of K per TDPFP16PS, in increasing k, C kept across K (the
+/// natural order, as amx_bf16_gemm; the instruction itself is not captured).
+struct amx_fp16_gemm : fma_gemm_model<amx_fp16> {
+    static constexpr const char* name = "amx_fp16_gemm";
 };
 
 /// A bf16 GEMM on AVX512_BF16: one float32 accumulator per output, VDPBF16PS along K two products
@@ -225,12 +251,31 @@ struct exact {
 [[nodiscard]] constexpr std::uint32_t add(std::uint32_t x, std::uint32_t y) noexcept { return fma(x, 0x3f800000u, y); }
 
 /// The float32 bits of a bf16 operand (make_fp32 in the SDM).
-template <class T>
-[[nodiscard]] std::uint32_t widen(const T& x) noexcept
+[[nodiscard]] inline std::uint32_t widen(Eigen::bfloat16 x) noexcept
 {
-    static_assert(std::same_as<T, Eigen::bfloat16>, "the modelled units take bf16 operands");
     return static_cast<std::uint32_t>(std::bit_cast<std::uint16_t>(x)) << 16;
 }
+
+/// The float32 bits of an fp16 operand, exactly, computed on the bits (a hardware conversion's
+/// NaN handling varies): subnormals normalised (every fp16 value is a normal float32 or a zero),
+/// infinities kept, a NaN's payload shifted left 13 (the chain quiets NaNs anyway).
+[[nodiscard]] inline std::uint32_t widen(Eigen::half x) noexcept
+{
+    const std::uint32_t h = std::bit_cast<std::uint16_t>(x);
+    const std::uint32_t sign = (h & 0x8000u) << 16;
+    const std::uint32_t field = (h >> 10) & 0x1fu;
+    const std::uint32_t fraction = h & 0x3ffu;
+    if (field == 0x1fu) return sign | 0x7f800000u | fraction << 13;
+    if (field != 0) return sign | (field + 112u) << 23 | fraction << 13;  // 127 - 15 = 112
+    if (fraction == 0) return sign;
+    // fraction * 2^-24 with bit_width w: top bit 2^(w - 25), exponent field w + 102.
+    const auto w = static_cast<std::uint32_t>(std::bit_width(fraction));
+    return sign | (w + 102u) << 23 | ((fraction << (24u - w)) & 0x7fffffu);
+}
+
+/// No other operand type: no conversion to bf16 or fp16 on the way.
+template <class T>
+std::uint32_t widen(const T&) = delete;
 
 /// One instruction over n products (n even, n <= Model::k) of float32-widened operands.
 template <FmaChainModel Model>
@@ -276,8 +321,8 @@ inline constexpr std::size_t lane_width = 32;
 
 /// Whether a float step's result may differ from fma()'s: NaN (the payload rule), or nonzero and
 /// at most 2^-126 (the flush after rounding). Elsewhere a float operation rounded to nearest even
-/// gives fma()'s bits (inputs never subnormal: operands are flushed when decoded, every step's
-/// result is checked), zeros and infinities included.
+/// gives fma()'s bits (inputs never subnormal: bf16 operands are flushed when decoded, fp16 ones
+/// widen to normal floats or zeros, every step's result is checked), zeros and infinities included.
 [[nodiscard]] inline std::uint32_t unsure(float r) noexcept
 {
     // On the bits (integer compares vectorise; float ones would branch under -ftrapping-math).
@@ -349,7 +394,8 @@ template <FmaGemmModel Model>
     return mask;
 }
 
-/// The float an operand's widened bits stand for in the lanes: DAZ applied.
+/// The float an operand's widened bits stand for in the lanes: DAZ applied (a no-op on a widened
+/// fp16 operand, never a float32 subnormal).
 [[nodiscard]] inline float lane_value(std::uint32_t widened) noexcept { return std::bit_cast<float>(daz(widened)); }
 
 template <FmaChainModel Model, class TA, class TB>
@@ -357,7 +403,7 @@ constexpr void check_operands() noexcept
 {
     static_assert(Model::template takes<TA, TB>,
                   "this model does not take these operand types (amx_bf16, avx512_bf16: Eigen::bfloat16 x "
-                  "Eigen::bfloat16)");
+                  "Eigen::bfloat16; amx_fp16: Eigen::half x Eigen::half)");
 }
 
 }  // namespace detail::fma_chain
@@ -366,8 +412,8 @@ constexpr void check_operands() noexcept
 // dot, gemm, gemm_dot
 
 /// One instruction's result for one output: c + sum of a[k]*b[k] as Model's unit computes it, bit
-/// for bit. a and b hold the same even number of products, 2 to Model::k (amx_bf16: a tile of
-/// colsb = 2 * size bytes; avx512_bf16: exactly 2); shape_error otherwise.
+/// for bit. a and b hold the same even number of products, 2 to Model::k (amx_bf16, amx_fp16: a
+/// tile of colsb = 2 * size bytes; avx512_bf16: exactly 2); shape_error otherwise.
 template <FmaChainModel Model, class TA, class TB>
 [[nodiscard]] float dot(std::span<const TA> a, std::span<const TB> b, float c)
 {
@@ -437,7 +483,7 @@ struct gemm_engine<Instruction> {
         lane_tasks<W>(m, n, out, lanes, exact);
     }
 
-    /// An operand's float32 bits (bf16 widened).
+    /// An operand's float32 bits (bf16 or fp16 widened exactly).
     template <class T>
     [[nodiscard]] static std::uint32_t read(const T& x) noexcept
     {
