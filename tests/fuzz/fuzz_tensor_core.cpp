@@ -151,11 +151,18 @@ void check_16bit_on(reader& in)
 template <class T>
 void check_16bit(reader& in)
 {
-    switch (in.byte() % 5) {
+    switch (in.byte() % 8) {
     case 0: check_16bit_on<tc::h100_hmma_chain, T>(in); break;
     case 1: check_16bit_on<tc::a100_hmma_chain, T>(in); break;
     case 2: check_16bit_on<tc::ada_hmma_chain, T>(in); break;
     case 3: check_16bit_on<tc::b200_hmma_chain, T>(in); break;
+    // The units of other engines (chained FMAs, CDNA lanes): gemm against the loop of gemm_dot.
+    case 4: check_gemm<tc::mi300_mfma_chain, T, T>(in); break;
+    case 5: check_gemm<tc::mi250_mfma_chain, T, T>(in); break;
+    case 6:
+        if constexpr (std::same_as<T, Eigen::half>) check_gemm<tc::amx_fp16_gemm, T, T>(in);
+        else check_gemm<tc::amx_bf16_gemm, T, T>(in);
+        break;
     default:
         if constexpr (std::same_as<T, Eigen::half>) check_16bit_on<tc::v100_hmma_chain, T>(in);
         else check_16bit_on<tc::h100_hmma_chain, T>(in);

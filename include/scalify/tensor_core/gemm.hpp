@@ -742,8 +742,9 @@ constexpr void check_operands() noexcept
                   "h100_cublaslt_fp8_fast, ada_qmma_chain, b200_qmma_chain: float8_e4m3fn/float8_e5m2 in any "
                   "pair; b200_f8f6f4_chain: those, float6_e2m3fn, float6_e3m2fn, float4_e2m1fn; the HMMA chains: "
                   "Eigen::half x Eigen::half or Eigen::bfloat16 x Eigen::bfloat16, v100_hmma_chain Eigen::half "
-                  "only; the tf32 chains: float x float; amx_bf16_gemm, avx512_bf16_gemm: Eigen::bfloat16; the "
-                  "CDNA chains: Eigen::half, Eigen::bfloat16, and on mi300_mfma_chain float (xf32) and "
+                  "only; the tf32 chains: float x float; amx_bf16_gemm, avx512_bf16_gemm: Eigen::bfloat16; "
+                  "amx_fp16_gemm: Eigen::half; the CDNA chains: Eigen::half, Eigen::bfloat16, and on "
+                  "mi300_mfma_chain float (xf32) and "
                   "float8_e4m3fnuz/float8_e5m2fnuz)");
     static_assert(Model::instruction::scale_block == 0,
                   "a block-scaled GEMM takes its scales: block_gemm<Model>(a, scale_a, b, scale_b), or gemm<Model> "
