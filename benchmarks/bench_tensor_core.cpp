@@ -107,6 +107,52 @@ BENCHMARK(gemm_model<tc::mi300_mfma_chain, float8_e4m3fnuz>)
     ->Name("gemm_256x1024x256_e4m3fnuz_mi300_mfma_chain")
     ->Unit(benchmark::kMillisecond);
 
+// The other named GEMM chains, so that every model's GEMM is timed against the same peer: the
+// remaining NVIDIA units (their HMMA/QMMA lanes are the H100's with other F, P and K), the tf32
+// chains on float data, AVX512_BF16, CDNA1 and CDNA3's bf16 and xf32 (double lanes).
+BENCHMARK(gemm_model<tc::v100_hmma_chain, Eigen::half>)
+    ->Name("gemm_256x1024x256_f16_v100_hmma_chain")
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK(gemm_model<tc::a100_hmma_chain, Eigen::half>)
+    ->Name("gemm_256x1024x256_f16_a100_hmma_chain")
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK(gemm_model<tc::ada_hmma_chain, Eigen::half>)
+    ->Name("gemm_256x1024x256_f16_ada_hmma_chain")
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK(gemm_model<tc::b200_hmma_chain, Eigen::bfloat16>)
+    ->Name("gemm_256x1024x256_bf16_b200_hmma_chain")
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK(gemm_model<tc::ada_qmma_chain, float8_e4m3fn>)
+    ->Name("gemm_256x1024x256_e4m3fn_ada_qmma_chain")
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK(gemm_model<tc::b200_qmma_chain, float8_e4m3fn>)
+    ->Name("gemm_256x1024x256_e4m3fn_b200_qmma_chain")
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK(gemm_model<tc::a100_tf32_chain, float>)
+    ->Name("gemm_256x1024x256_f32_a100_tf32_chain")
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK(gemm_model<tc::ada_tf32_chain, float>)
+    ->Name("gemm_256x1024x256_f32_ada_tf32_chain")
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK(gemm_model<tc::h100_tf32_chain, float>)
+    ->Name("gemm_256x1024x256_f32_h100_tf32_chain")
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK(gemm_model<tc::b200_tf32_chain, float>)
+    ->Name("gemm_256x1024x256_f32_b200_tf32_chain")
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK(gemm_model<tc::avx512_bf16_gemm, Eigen::bfloat16>)
+    ->Name("gemm_256x1024x256_bf16_avx512_bf16_gemm")
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK(gemm_model<tc::mi100_mfma_chain, Eigen::half>)
+    ->Name("gemm_256x1024x256_f16_mi100_mfma_chain")
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK(gemm_model<tc::mi300_mfma_chain, Eigen::bfloat16>)
+    ->Name("gemm_256x1024x256_bf16_mi300_mfma_chain")
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK(gemm_model<tc::mi300_mfma_chain, float>)
+    ->Name("gemm_256x1024x256_f32_mi300_mfma_chain")
+    ->Unit(benchmark::kMillisecond);
+
 /// Block-scaled GEMMs (B200 kind::mxf8f6f4 and kind::mxf4nvf4) through block_gemm: the same
 /// values, scales of one binade around 1 (E8M0) or UE4M3 scales in [1, 2).
 template <class Model, class T>
