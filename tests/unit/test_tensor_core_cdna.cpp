@@ -13,6 +13,7 @@
 #include <cmath>
 #include <cstdint>
 #include <fstream>
+#include <limits>
 #include <random>
 #include <sstream>
 #include <string>
@@ -488,12 +489,45 @@ T long_chain_operand(std::mt19937& rng, int mode)
     // or fp8 NaN that send their row or column through the exact chain); 2: 70% zeros.
     std::normal_distribution<float> d;
     std::uniform_int_distribution<int> narrow(-6, 6), wide(-30, 19);
+    // bf16 and float (xf32) only, at the float lanes' limits (operand exponents in [-51, 60]):
+    // 3: 2^[-51, -46] or 2^[55, 60] (products from 2^-102, sums past float32's range), 10% zeros;
+    // 4: mode 0 with 4% others (subnormals, NaN, inf, exponents 61 to 127 and -52 to -133, both
+    // sides of the bounds); 5: 2^[-51, -40] (blocks whose scale 2^(24 - e) is near 2^126);
+    // 6: 2^[50, 60] (products near 2^120, chains that overflow);
     if (mode == 1) return T(std::ldexp(d(rng), wide(rng)));
     if (mode == 2 && rng() % 10 < 7) return T(0.0f);
+    if (mode == 3) {
+        if (rng() % 10 == 0) return T(0.0f);
+        return T(std::ldexp(d(rng), rng() % 2 ? std::uniform_int_distribution<int>(-51, -46)(rng)
+                                                  : std::uniform_int_distribution<int>(55, 60)(rng)));
+    }
+    if (mode == 4 && rng() % 25 == 0) {
+        switch (rng() % 6) {
+        case 0:  // a subnormal (float: one that tf32 keeps, or one it truncates to zero)
+            if constexpr (std::same_as<T, float>)
+                return from_code<T>((rng() % 2 ? 0x80000000u : 0u) | (rng() % 2 ? 0x2000u + rng() % 0x7fe000u : 1u + rng() % 0x1fffu));
+            else return from_code<T>((rng() % 2 ? 0x8000u : 0u) | (1u + rng() % 0x7fu));
+        case 1: return T(std::numeric_limits<float>::quiet_NaN());
+        case 2: return T(rng() % 2 ? std::numeric_limits<float>::infinity() : -std::numeric_limits<float>::infinity());
+        case 3: return T(std::ldexp(1.0f + static_cast<float>(rng() % 128) / 128.0f, std::uniform_int_distribution<int>(61, 127)(rng)));
+        case 4: return T(std::ldexp(-1.0f - static_cast<float>(rng() % 128) / 128.0f, std::uniform_int_distribution<int>(-133, -52)(rng)));
+        default: return T(std::ldexp(1.0f, rng() % 2 ? -51 : 60));
+        }
+    }
+    if (mode == 5) return T(std::ldexp(d(rng), std::uniform_int_distribution<int>(-51, -40)(rng)));
+    if (mode == 6) return T(std::ldexp(d(rng), std::uniform_int_distribution<int>(50, 60)(rng)));
+    // Just past the bounds (rows and columns for the exact chain): 7: +-[1, 2) 2^-52 or zero, blocks
+    // whose products all lie below 2^-102; 8: +-[1, 2) 2^[61, 62], blocks from 2^122 that stay
+    // finite (with cancel, the chain too).
+    if (mode == 7 || mode == 8) {
+        if (mode == 7 && rng() % 4 == 0) return T(0.0f);
+        const float m = (rng() % 2 ? 1.0f : -1.0f) * (1.0f + static_cast<float>(rng() % 128) / 128.0f);
+        return T(std::ldexp(m, mode == 7 ? -52 : 61 + static_cast<int>(rng() % 2)));
+    }
     return T(std::ldexp(d(rng), narrow(rng)));
 }
 
-template <class Model, class TA, class TB>
+template <class Model, class TA, class TB, bool Wide = false>
 void check_long_chains(std::mt19937& rng)
 {
     // The float lanes (f16, fp8) on long chains against gemm_dot's exact chain: K = 1031 (the
@@ -502,8 +536,14 @@ void check_long_chains(std::mt19937& rng)
     // chain keeps falling back towards zero (the joins' cancellations, C below the block).
     const std::size_t m = 3, k = 1031, n = 37;
     constexpr std::size_t block = Model::instruction::template block<TA, TB>;
-    const int combos[][3] = {{0, 0, 0}, {0, 0, 1}, {1, 1, 0}, {1, 0, 1}, {2, 2, 0}, {0, 2, 1}, {1, 2, 0}, {2, 1, 1}};
-    for (const auto& combo : combos) {
+    const std::vector<std::array<int, 3>> narrow = {{0, 0, 0}, {0, 0, 1}, {1, 1, 0}, {1, 0, 1},
+                                                    {2, 2, 0}, {0, 2, 1}, {1, 2, 0}, {2, 1, 1}};
+    const std::vector<std::array<int, 3>> wide = {{0, 0, 0}, {0, 0, 1}, {1, 1, 0}, {2, 2, 0}, {1, 2, 1},
+                                                  {3, 3, 0}, {3, 3, 1}, {3, 0, 0}, {4, 4, 0}, {4, 2, 1},
+                                                  {5, 5, 0}, {5, 5, 1}, {5, 3, 0}, {6, 6, 0}, {6, 6, 1},
+                                                  {5, 6, 0}, {6, 5, 1}, {2, 5, 0}, {7, 7, 0}, {7, 7, 1},
+                                                  {7, 5, 0}, {8, 8, 0}, {8, 8, 1}, {8, 6, 1}};
+    for (const auto& combo : Wide ? wide : narrow) {
         xt::xarray<TA> a = xt::xarray<TA>::from_shape({m, k});
         xt::xarray<TB> b = xt::xarray<TB>::from_shape({k, n});
         for (auto& v : a) v = long_chain_operand<TA>(rng, combo[0]);
@@ -540,6 +580,20 @@ TEST_CASE("tensor_core_cdna: CDNA3's float lanes (f16, fp8) give the exact chain
     check_long_chains<tc::mi300_mfma_chain, e4, e4>(rng);
     check_long_chains<tc::mi300_mfma_chain, e5, e4>(rng);
     check_long_chains<tc::mi300_mfma_chain, e5, e5>(rng);
+}
+
+TEST_CASE("tensor_core_cdna: CDNA3's float lanes for bf16 and xf32 give the exact chain's bits at their limits",
+          "[tensor_core][cdna]")
+{
+    // bf16 and xf32 take the float lanes where every operand of a row or column is zero or of
+    // exponent in [-51, 60]; the others (subnormals, NaN, inf, wider exponents) take the exact
+    // chain. Products from 2^-102 to near 2^122, scales near 2^126, chains past float32's range,
+    // zeros, cancellation, on both sides of the bounds.
+    std::mt19937 rng(20261127);
+    for (int round = 0; round < 2; ++round) {
+        check_long_chains<tc::mi300_mfma_chain, bf16, bf16, true>(rng);
+        check_long_chains<tc::mi300_mfma_chain, float, float, true>(rng);
+    }
 }
 
 }  // namespace tc_cdna

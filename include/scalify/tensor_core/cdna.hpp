@@ -607,7 +607,7 @@ template <class V>
     return (x << std::max(shift, 0)) >> std::min(std::max(-shift, 0), 63);
 }
 
-/// An f16 or fp8 operand as the float lanes read it: its value (0 for a NaN or inf), its nominal
+/// An f16, fp8, bf16 or xf32 operand as the float lanes read it: its value (0 for a NaN or inf), its nominal
 /// exponent (-126 for a zero) and whether it takes its row or column through the exact chain (not
 /// finite; an exponent past 63 is not theirs).
 struct float_lane {
@@ -637,7 +637,7 @@ inline constexpr fp8_lane_tables<T> fp8_lanes = [] {
     return t;
 }();
 
-/// float_lane of an Eigen::half or an 8-bit operand, branch-free (f16 on its bits, as lane_decode
+/// float_lane of an Eigen::half, Eigen::bfloat16, float (xf32) or 8-bit operand, branch-free (f16 on its bits, as lane_decode
 /// reads it: the nominal exponent of a subnormal is -14).
 template <class T>
 [[nodiscard]] inline float_lane float_lane_of(const T& x) noexcept
@@ -651,8 +651,23 @@ template <class T>
         const float value = field == 0 ? subnormal : special ? 0.0f : normal;
         const int exponent = field != 0 && !special ? static_cast<int>(field) - 15 : field == 0 && mantissa != 0 ? -14 : -126;
         return {value, static_cast<std::int16_t>(exponent), special};
+    } else if constexpr (std::same_as<T, Eigen::bfloat16> || std::same_as<T, float>) {
+        // bf16 on its bits, float as xf32 reads it (truncated to tf32): the value is the float of
+        // the (truncated) bits. Wild besides the non-finite: exponents past 60 (a block's e must
+        // stay <= 120 for join_float_lane) and nonzero operands below 2^-51, subnormals included
+        // (every nonzero product then lies from 2^-102, so a block with one has e >= -102 and the
+        // scale 2^(24 - e) is a normal float, and every product within 2^27 of the block's top
+        // is exact in float: lsb >= e - 26 - 20 >= -149).
+        std::uint32_t bits;
+        if constexpr (std::same_as<T, float>) bits = std::bit_cast<std::uint32_t>(x) & 0xffffe000u;
+        else bits = std::uint32_t{std::bit_cast<std::uint16_t>(x)} << 16;
+        const auto field = static_cast<std::int32_t>((bits >> 23) & 0xffu);
+        const bool zero = (bits & 0x7fffffffu) == 0;
+        const bool wild = !zero && (field > 127 + 60 || field < 127 - 51);
+        const float value = wild ? 0.0f : std::bit_cast<float>(bits);
+        return {value, static_cast<std::int16_t>(zero ? -126 : field - 127), wild};
     } else {
-        static_assert(sizeof(T) == 1, "float lanes: Eigen::half and 8-bit operands");
+        static_assert(sizeof(T) == 1, "float lanes: Eigen::half, bf16, float (xf32) and 8-bit operands");
         const unsigned code = code_of(x);
         return {fp8_lanes<T>.value[code], fp8_lanes<T>.exponent[code], fp8_lanes<T>.wild[code] != 0};
     }
@@ -672,7 +687,7 @@ template <class T>
     return wild != 0;
 }
 
-/// The join of a block with C in the float lanes (f16, fp8), in int32 lanes and one float
+/// The join of a block with C in the float lanes (f16, fp8, bf16, xf32), in int32 lanes and one float
 /// conversion: fused_block's sum31 + 128 * c24 (units of 2^(max_e - 31), up to 38 bits) rounded
 /// once to float32. e is the block's exponent and s its sum (units of 2^(e - 24), |s| < 2^30), cb
 /// C's bits, finite with ec = max(exponent, -126) <= 120 (the caller marks the others), and e <= 120;
@@ -721,7 +736,9 @@ template <bool EvenOdd>
 /// to inf) is the host's conversion of an exact double (double lanes) or join_float_lane's
 /// (float lanes). Float lanes serve operands whose products
 /// are exact in float and whose exponents keep a nonzero product's scale 2^(24 - emax) a normal
-/// float (f16, fp8): the scale is clamped there, where every product is zero. Operands must be
+/// float (f16, fp8; bf16 and xf32 whose operands are zero or of exponent in [-51, 60], see
+/// float_lane_of, so that a block with a nonzero product has e >= -102): the scale is clamped
+/// there, where every product is zero. The double lanes are kept for V = double (no caller now). Operands must be
 /// finite and every nominal product exponent below 127 (the caller checks); an output whose
 /// result is not finite is marked in the returned mask (recomputed by chain_read, which has the
 /// rules for infinities and NaN). Every loop runs across the lanes, without branches.
@@ -753,7 +770,7 @@ template <std::size_t Block, bool EvenOdd, class V>
             std::int32_t sum[halves];
             for (std::size_t h = 0; h < halves; ++h) {
                 if constexpr (std::same_as<V, float>) {
-                    // pow2_of's 2^(24 - emax) clamped at 2^127, emax <= 30 here (f16, fp8): the
+                    // pow2_of's 2^(24 - emax) clamped at 2^127, emax <= 120 here: the
                     // clamp taken in int16 lanes.
                     const std::int16_t clamped = std::max(emax16[h], std::int16_t{-103});
                     scale[h] = std::bit_cast<float>(static_cast<std::uint32_t>(151 - clamped) << 23);
@@ -870,7 +887,6 @@ struct gemm_engine<Instruction> {
         constexpr std::size_t block = Instruction::template block<TA, TB>;
         constexpr bool even_odd = cdna::fp8_pair<TA, TB>;
         constexpr std::size_t W = cdna::lane_width;
-        using kind = operand::kind;
         // The lanes run one chain; the rounding of their float (or final) operations is the
         // default environment's.
         if (Model::promotion_interval != 0 || std::fegetround() != FE_TONEAREST) {
@@ -928,29 +944,11 @@ struct gemm_engine<Instruction> {
             };
             lane_tasks<W>(m, n, out, lanes, exact);
         } else {
-            // Float (f16, fp8) or double (bf16, xf32) and integer lanes. Rows or columns holding a
-            // non-finite operand, or an operand whose exponent could take a product past 2^128, go
+            // Float and integer lanes (f16, fp8, bf16, xf32). Rows or columns holding a non-finite
+            // operand, or one whose exponent could take a block out of the float lanes' range
+            // (float_lane_of: bf16 and xf32 subnormals, exponents below -51 or above 60), go
             // through the exact chain.
-            using V = std::conditional_t<std::same_as<TA, Eigen::half> || even_odd, float, double>;
-            struct decoded {
-                V value;
-                int exponent;
-                bool wild;
-            };
-            const auto read_one = [](const auto& x) -> decoded {
-                using T = std::remove_cvref_t<decltype(x)>;
-                if constexpr (std::same_as<T, float>) {
-                    const operand o = cdna::read(x);  // xf32
-                    if (o.what != kind::finite)
-                        return {o.negative ? V(-0.0) : V(0.0), -126, o.what == kind::nan || o.what == kind::infinite};
-                    const auto v = static_cast<V>(static_cast<double>(o.significand) * cdna::pow2(o.lsb));  // exact
-                    return {o.negative ? -v : v, o.exponent, o.exponent > 63};
-                } else {
-                    const lane_operand o = lane_decode(x);  // exact value, nominal exponent
-                    const bool zero = o.exponent == lane_zero_exponent;
-                    return {static_cast<V>(o.value), zero ? -126 : int{o.exponent}, o.special || (!zero && o.exponent > 63)};
-                }
-            };
+            using V = float;
             std::vector<V> a_val(m * kp, V(0)), b_val(blocks * kp * W, V(0));
             std::vector<std::int16_t> a_exp(m * kp, -126), b_exp(blocks * kp * W, -126);
             std::vector<unsigned char> row_wild(m, 0), column_wild(n, 0);
@@ -960,36 +958,20 @@ struct gemm_engine<Instruction> {
             std::int16_t* const be = b_exp.data();
             unsigned char* const rw = row_wild.data();
             unsigned char* const cw = column_wild.data();
-            if constexpr (std::same_as<V, float>) {
-                // f16, fp8: runs of operands decoded branch-free (vectorised), the wild flags
-                // gathered locally.
-                scalify::detail::parallel_for(m, [=](std::size_t i) {
-                    rw[i] = cdna::float_lanes_of(a + i * k, k, av + i * kp, ae + i * kp) ? 1 : 0;
-                });
-                scalify::detail::parallel_for(blocks, [=](std::size_t blk) {
-                    const std::size_t j0 = blk * W, width = std::min(W, n - j0);
-                    for (std::size_t p = 0; p < k; ++p) {
-                        const TB* from = b + p * n + j0;
-                        if (cdna::float_lanes_of(from, width, bv + (blk * kp + p) * W, be + (blk * kp + p) * W)) {
-                            for (std::size_t j = 0; j < width; ++j) cw[j0 + j] |= cdna::float_lane_of(from[j]).wild ? 1 : 0;
-                        }
+            // Runs of operands decoded branch-free (vectorised), the wild flags
+            // gathered locally.
+            scalify::detail::parallel_for(m, [=](std::size_t i) {
+                rw[i] = cdna::float_lanes_of(a + i * k, k, av + i * kp, ae + i * kp) ? 1 : 0;
+            });
+            scalify::detail::parallel_for(blocks, [=](std::size_t blk) {
+                const std::size_t j0 = blk * W, width = std::min(W, n - j0);
+                for (std::size_t p = 0; p < k; ++p) {
+                    const TB* from = b + p * n + j0;
+                    if (cdna::float_lanes_of(from, width, bv + (blk * kp + p) * W, be + (blk * kp + p) * W)) {
+                        for (std::size_t j = 0; j < width; ++j) cw[j0 + j] |= cdna::float_lane_of(from[j]).wild ? 1 : 0;
                     }
-                });
-            } else {
-                decode(
-                    [=](std::size_t i, std::size_t p, std::size_t at) {
-                        const decoded d = read_one(a[i * k + p]);
-                        av[at] = d.value;
-                        ae[at] = static_cast<std::int16_t>(d.exponent);
-                        rw[i] |= d.wild ? 1 : 0;
-                    },
-                    [=](std::size_t from, std::size_t j, std::size_t at) {
-                        const decoded d = read_one(b[from]);
-                        bv[at] = d.value;
-                        be[at] = static_cast<std::int16_t>(d.exponent);
-                        cw[j] |= d.wild ? 1 : 0;
-                    });
-            }
+                }
+            });
             const auto lanes = [=](std::size_t i, std::size_t blk, float* lane_out) {
                 if (rw[i]) return ~std::uint32_t{0};
                 std::uint32_t unsure =
