@@ -387,6 +387,66 @@ TEST_CASE("gemm equals a loop of gemm_dot (the reference chain) for every pair, 
     check_gemm_against_dot<tc::h100_cublaslt_fp8_fast, float8_e5m2, float8_e5m2>(6, 200, 40, 12, true);
     check_gemm_against_dot<tc::h100_cublaslt_fp8, float8_e4m3fn, float8_e4m3fn>(6, 200, 40, 13, true);
     check_gemm_against_dot<tc::h100_hmma_chain, Eigen::bfloat16, Eigen::bfloat16>(4, 70, 9, 16, false);
+    // b200_qmma (F = 40, the sum rounded to nearest even): terms in float, sums in double lanes.
+    // e5m2 products span 2^-32 to 2^31, so terms and the accumulator are cut; K off 32.
+    check_gemm_against_dot<tc::b200_qmma_chain, float8_e5m2, float8_e5m2>(7, 1031, 37, 20, false);
+    check_gemm_against_dot<tc::b200_qmma_chain, float8_e4m3fn, float8_e5m2>(5, 300, 45, 21, true);
+    check_gemm_against_dot<tc::b200_qmma_chain, float8_e5m2, float8_e4m3fn>(9, 31, 1, 22, false);
+    check_gemm_against_dot<tc::b200_qmma_chain, float8_e4m3fn, float8_e4m3fn>(33, 520, 40, 23, true);
+    check_gemm_against_dot<tc::b200_qmma_chain, float8_e5m2, float8_e5m2>(40, 600, 70, 24, true);
+    // Finite e4m3 codes: the uncut path (products within F = 40 bits of a large accumulator) in
+    // every block of columns, the aligned terms where the accumulator grows past 2^22.
+    check_gemm_against_dot<tc::b200_qmma_chain, float8_e4m3fn, float8_e4m3fn>(6, 1000, 70, 25, false);
+}
+
+TEST_CASE("b200_qmma_chain's lanes round ties to even and cut terms toward zero, on both paths", "[tensor_core][gemm]")
+{
+    // 128 products of 2^16 make 2^23, 1 x 1 makes the accumulator odd (2^23 + 1, last place 1), and
+    // 0.5 x 1 in a later instruction is a tie: to even, 2^23 + 2 (a half rounded down would keep
+    // 2^23 + 1). Row 1 has no 1 x 1: 2^23 + 0.5 stays 2^23. Without `cut`, the products of these
+    // e4m3 data keep every bit within F = 40 bits of the accumulator (the uncut path). With it,
+    // -2^-9 x 2^-9 = -2^-18 joins the tie: half a unit of 2^(23 - 40), cut to nothing (rounded, it
+    // would take the tie down to 2^23 + 1), and the data's floor (2^-18 and, for e5m2, 2^-32)
+    // sends every instruction to the aligned terms. Each output also against gemm_dot; 37 columns.
+    const auto check = [](auto type_tag, bool cut, float tiny) {
+        using T = decltype(type_tag);
+        constexpr std::size_t k = 224, n = 37;
+        auto a = xt::xarray<T>::from_shape({2, k});
+        auto b = xt::xarray<T>::from_shape({k, n});
+        a.fill(T(0.0f));
+        b.fill(T(0.0f));
+        for (std::size_t p = 0; p < 128; ++p) a(0, p) = a(1, p) = T(256.0f);
+        a(0, 128) = T(1.0f);
+        a(0, 160) = a(1, 160) = T(0.5f);
+        if (cut) a(0, 161) = a(1, 161) = T(-0x1p-9f);
+        a(0, 200) = a(1, 200) = T(tiny);
+        for (std::size_t j = 0; j < n; ++j) {
+            for (std::size_t p = 0; p < k; ++p) b(p, j) = T(1.0f);
+            for (std::size_t p = 0; p < 128; ++p) b(p, j) = T(256.0f);
+            b(161, j) = T(0x1p-9f);
+            b(200, j) = T(tiny);
+        }
+        const xt::xarray<float> d = tc::gemm<tc::b200_qmma_chain>(a, b);
+        std::vector<T> row(k), column(k);
+        std::size_t mismatches = 0;
+        for (std::size_t i = 0; i < 2; ++i) {
+            for (std::size_t p = 0; p < k; ++p) row[p] = a(i, p);
+            for (std::size_t j = 0; j < n; ++j) {
+                for (std::size_t p = 0; p < k; ++p) column[p] = b(p, j);
+                mismatches += bits(d(i, j)) == bits(tc::gemm_dot<tc::b200_qmma_chain>(row, column)) ? 0 : 1;
+            }
+        }
+        INFO((cut ? "with" : "without") << " the cut term, tiny " << tiny);
+        CHECK(mismatches == 0);
+        for (std::size_t j = 0; j < n; ++j) {
+            CHECK(d(0, j) == 0x1p23f + 2.0f);
+            CHECK(d(1, j) == 0x1p23f);
+        }
+    };
+    check(float8_e4m3fn{}, false, 0.125f);
+    check(float8_e4m3fn{}, true, 0.125f);
+    check(float8_e5m2{}, false, 0x1p-16f);
+    check(float8_e5m2{}, true, 0x1p-16f);
 }
 
 TEST_CASE("an accumulation table has no GEMM for a pair the GPU has no unit for", "[tensor_core][gemm]")

@@ -34,6 +34,7 @@
 #include <algorithm>
 #include <array>
 #include <bit>
+#include <cmath>
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
@@ -41,6 +42,7 @@
 #include <ranges>
 #include <span>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 namespace scalify::tensor_core {
@@ -244,7 +246,34 @@ struct lane_plan {
     static constexpr std::size_t int32_run =
         F + 2 <= 31 ? static_cast<std::size_t>(std::uint64_t{INT32_MAX} / ((std::uint64_t{1} << (F + 2)) - 1)) : 0;
     static constexpr bool sum_in_int32 = int32_run >= K;
-    using lane_sum = std::conditional_t<sum_in_int32, std::int32_t, std::int64_t>;
+    /// Terms of F + 2 > 30 bits (b200_qmma, F = 40): each trunc(a * b * 2^(F - emax)) is still
+    /// exact in float (a whole number below 2^(F + 2), or truncated in float where it is not), and
+    /// the terms and the accumulator sum exactly in double lanes (the whole sum below 2^53:
+    /// lane_fit checks bits <= 53).
+    static constexpr bool double_terms = F + 2 > 30;
+    /// trunc(x) for such a term x (|x| < 2^(F + 2), exact in float) in two int32 parts, both
+    /// truncating conversions: high = trunc(x / 2^split_bits) and low = trunc(x - high *
+    /// 2^split_bits), x's bits below 2^split_bits (exact in float, x's sign or zero), so that
+    /// trunc(x) = high * 2^split_bits + low. Runs of up to 2^(31 - F + 2 - split_bits) terms, and
+    /// of 2^(31 - split_bits), sum in int32 (F = 40: 2^9 and 2^11; K <= 32 here).
+    static constexpr int split_bits = (F + 2) / 2;
+    static constexpr float split_down = 1.0f / static_cast<float>(std::uint64_t{1} << split_bits);
+    static constexpr float split_up = static_cast<float>(std::uint64_t{1} << split_bits);
+    static constexpr double split_unit = static_cast<double>(std::uint64_t{1} << split_bits);
+    [[nodiscard]] static std::int32_t split_high(float x) noexcept { return static_cast<std::int32_t>(x * split_down); }
+    [[nodiscard]] static std::int32_t split_low(float x, std::int32_t high) noexcept
+    {
+        return static_cast<std::int32_t>(x - static_cast<float>(high) * split_up);
+    }
+    using lane_sum = std::conditional_t<double_terms, double,
+                                        std::conditional_t<sum_in_int32, std::int32_t, std::int64_t>>;
+    /// The K terms and the aligned accumulator (below 2^(F + 1)) sum in int32 too: one
+    /// conversion to `wide` per output instead of two (v100: 4 (2^25 - 1) + 2^24).
+    static constexpr bool join_in_int32 =
+        sum_in_int32 && !double_terms &&
+        K * ((std::uint64_t{1} << (F + 2)) - 1) + (std::uint64_t{1} << (F + 1)) <= std::uint64_t{INT32_MAX};
+    /// The accumulator aligned: int32 (below 2^(F + 1)) or, with double_terms, a whole double.
+    using c_term = std::conditional_t<double_terms, double, std::int32_t>;
 };
 
 /// Whether Instruction's chains over TA x TB run in lanes (lane_plan) and compute exactly what
@@ -267,10 +296,23 @@ struct lane_fit {
         fa::smallest_exponent - fa::mantissa_bits >= -149 && fb::smallest_exponent - fb::mantissa_bits >= -149 &&
         fa::largest_exponent <= 127 && fb::largest_exponent <= 127;
     static constexpr bool terms_fit_int32 = plan::F + 2 <= 30;
+    /// The two int32 parts of double_terms' terms: K + 1 of each part (below 2^(F + 2 -
+    /// split_bits) and 2^split_bits) fit int32.
+    static constexpr bool split_fits =
+        plan::double_terms && plan::F + 2 - plan::split_bits <= 30 &&
+        (plan::K + 1) * (std::uint64_t{1} << (plan::F + 2 - plan::split_bits)) <= std::uint64_t{INT32_MAX} &&
+        (plan::K + 1) * (std::uint64_t{1} << plan::split_bits) <= std::uint64_t{INT32_MAX};
+    /// The sum rounded to nearest even (b200_qmma): on the double holding the exact sum, by an add
+    /// on its bits before the mask; P = 24 and F + 1 >= 24, so that an accumulator alone (below
+    /// the floor) needs no rounding.
+    static constexpr bool normalisation_fits =
+        rules::normalisation == rounding_mode::toward_zero ||
+        (rules::normalisation == rounding_mode::nearest_even && std::same_as<typename plan::wide, double> &&
+         plan::P == 24 && plan::F + 1 >= 24);
     static constexpr bool usable = rules::exponent == product_exponent::nominal &&
-                                   rules::alignment == rounding_mode::toward_zero &&
-                                   rules::normalisation == rounding_mode::toward_zero && product_shift >= 0 &&
-                                   operands_fit_float && terms_fit_int32 && plan::bits <= 53;
+                                   rules::alignment == rounding_mode::toward_zero && normalisation_fits &&
+                                   product_shift >= 0 && operands_fit_float &&
+                                   (terms_fit_int32 || split_fits) && plan::bits <= 53;
     static constexpr bool always_in_range = plan::in_range(fa::smallest_exponent, fa::largest_exponent,
                                                            fb::smallest_exponent, fb::largest_exponent, ~std::size_t{0});
 };
@@ -467,10 +509,31 @@ template <class Operands>
     return {data, &read_tf32_lane_operands<Operands::input>, &read_tf32_operands<Operands::input>};
 }
 
-/// One row of A against one block of columns: the whole chain along K, lane by lane.
+/// The most mantissa bits of an operand set's formats; -1 where not known (tf32 reads floats).
+template <class Operands>
+inline constexpr int operand_mantissa_bits = -1;
+template <EncodedFloat... Ts>
+inline constexpr int operand_mantissa_bits<any_pair_of<Ts...>> = std::max({format_of<Ts>::mantissa_bits...});
+template <EncodedFloat... Ts>
+inline constexpr int operand_mantissa_bits<same_type_of<Ts...>> = std::max({format_of<Ts>::mantissa_bits...});
+
+/// What the uncut path of double_terms models (lane_steps) needs to know of the data: B's panel
+/// as doubles (null: no uncut path), a floor under every nonzero product's last place and a
+/// ceiling over every product's nominal exponent.
+struct uncut_terms {
+    const double* b_wide = nullptr;
+    int lsb_floor = 0;
+    int exponent_ceiling = 0;
+};
+
+/// The steps of lane_chain. With double_terms and `uncut` given, a step where no term can lose a
+/// bit to the cut (every product's last place and the accumulator's at or above 2^(emax - F), by
+/// the data's bounds and each lane's accumulator) sums its products and the accumulator exactly
+/// in double lanes, multiply-adds of exact products: the exact sum, rounded as the normalisation
+/// says; any other step runs the aligned terms.
 template <GemmModel Model>
-void lane_chain(const float* a_val, const std::int16_t* a_exp, const float* b_val, const std::int16_t* b_exp,
-                std::size_t k, float* out, std::size_t columns)
+void lane_steps(const float* a_val, const std::int16_t* a_exp, const float* b_val, const std::int16_t* b_exp,
+                std::size_t k, float* out, std::size_t columns, const uncut_terms& uncut)
 {
     using Plan = lane_plan<typename Model::instruction>;
     using wide = typename Plan::wide;
@@ -482,11 +545,75 @@ void lane_chain(const float* a_val, const std::int16_t* a_exp, const float* b_va
 
     alignas(64) std::array<float, W> c{}, total{}, scale{}, unscale{};
     alignas(64) std::array<typename Plan::lane_sum, W> sum{};
-    alignas(64) std::array<std::int32_t, W> c_aligned{}, e_max{};
+    alignas(64) std::array<typename Plan::c_term, W> c_aligned{};
+    alignas(64) std::array<std::int32_t, W> e_max{};
     alignas(64) std::array<std::int16_t, W> emax{};
     std::size_t in_group = 0;
-    for (std::size_t s = 0; s < k; s += step) {
-        const std::size_t end = std::min(s + step, k);
+    // One instruction over products [s, s + count): count is a constant for the full ones, so
+    // that the loops over their K products unroll (K = 4 and 8: a third of the time was loop
+    // control), and a run-time count for a short last one.
+    const auto instruction = [&](const std::size_t s, const auto count) {
+        const std::size_t end = s + count;
+        bool uncut_step = false;
+        if constexpr (Plan::double_terms) {
+            if (uncut.b_wide != nullptr) {
+                // emax <= max(e_c, ceiling): products keep every bit where that is at most
+                // floor + F; the accumulator (24 bits, last place e_c - 23) where e_c >= ceiling - F + 23.
+                std::uint32_t cut = 0;
+                const std::int32_t c_least = uncut.exponent_ceiling - F + 23, c_most = uncut.lsb_floor + F;
+                const bool ceiling_cut = uncut.exponent_ceiling > c_most;
+                for (std::size_t j = 0; j < W; ++j) {
+                    // On the bits (a float compare would not vectorise under -ftrapping-math).
+                    const auto c_bits = std::bit_cast<std::uint32_t>(c[j]);
+                    const auto e_c = static_cast<std::int32_t>((c_bits >> 23) & 0xffu) - 127;
+                    const bool nonzero = (c_bits & 0x7fffffffu) != 0;
+                    cut |= nonzero && (e_c < c_least || e_c > c_most) ? 1u : 0u;
+                }
+                cut |= ceiling_cut ? 1u : 0u;
+                uncut_step = cut == 0;
+            }
+            if (uncut_step) {
+                // Each product is exact in double (fp8: at most 8 bits), and so is every partial
+                // sum: all multiples of 2^(emax - F), below 2^(emax + 8) (F + 8 <= 48 bits). Two
+                // sums (even and odd k) so that twice as many multiply-adds are in flight.
+                alignas(64) std::array<double, W> exact{}, odd{};
+                for (std::size_t j = 0; j < W; ++j) {
+                    exact[j] = static_cast<double>(c[j]);
+                    odd[j] = 0.0;
+                }
+                std::size_t kk = s;
+                for (; kk + 1 < end; kk += 2) {
+                    const double va = a_val[kk], vo = a_val[kk + 1];
+                    const double* vb = uncut.b_wide + kk * W;
+                    for (std::size_t j = 0; j < W; ++j) {
+#if defined(__FMA__) || defined(__aarch64__)
+                        exact[j] = std::fma(va, vb[j], exact[j]);
+                        odd[j] = std::fma(vo, vb[W + j], odd[j]);
+#else
+                        exact[j] += va * vb[j];
+                        odd[j] += vo * vb[W + j];
+#endif
+                    }
+                }
+                if (kk < end) {
+                    const double va = a_val[kk];
+                    const double* vb = uncut.b_wide + kk * W;
+                    for (std::size_t j = 0; j < W; ++j) exact[j] += va * vb[j];
+                }
+                for (std::size_t j = 0; j < W; ++j) {
+                    auto exact_bits = std::bit_cast<std::uint64_t>(exact[j] + odd[j]);
+                    // An exact zero is +0 (whatever the rounding mode gave its sign).
+                    exact_bits &= std::uint64_t{0} - static_cast<std::uint64_t>((exact_bits << 1) != 0);
+                    if constexpr (Model::instruction::rules::normalisation == rounding_mode::nearest_even) {
+                        constexpr int dropped = 52 + 1 - Plan::P;
+                        exact_bits += ((std::uint64_t{1} << (dropped - 1)) - 1) + ((exact_bits >> dropped) & 1u);
+                    }
+                    exact_bits &= ~((std::uint64_t{1} << (52 + 1 - Plan::P)) - 1);
+                    c[j] = static_cast<float>(std::bit_cast<double>(exact_bits));  // P <= 24 bits: exact
+                }
+            }
+        }
+        if (!uncut_step) {
         // The accumulator: zero or a normal float (gemm_lanes runs only data in range).
         for (std::size_t j = 0; j < W; ++j) {
             const auto field = static_cast<std::int32_t>((std::bit_cast<std::uint32_t>(c[j]) >> 23) & 0xffu);
@@ -505,11 +632,50 @@ void lane_chain(const float* a_val, const std::int16_t* a_exp, const float* b_va
             const std::int32_t e = std::max(e_max[j], F - 126);
             scale[j] = std::bit_cast<float>(static_cast<std::uint32_t>(127 + F - e) << 23);
             unscale[j] = std::bit_cast<float>(static_cast<std::uint32_t>(127 - F + e) << 23);
-            c_aligned[j] = static_cast<std::int32_t>(c[j] * scale[j]);
+            if constexpr (Plan::double_terms) {
+                const float x = c[j] * scale[j];
+                const std::int32_t h = Plan::split_high(x);
+                c_aligned[j] = static_cast<double>(h) * Plan::split_unit + static_cast<double>(Plan::split_low(x, h));
+            }
+            else c_aligned[j] = static_cast<std::int32_t>(c[j] * scale[j]);
         }
         // Terms, exact as lane_fit says. The first one sets the sum: a loop of sum[j] = 0 would
         // become a memset call.
-        if constexpr (Plan::sum_in_int32) {
+        if constexpr (Plan::double_terms) {
+            // trunc in float is the cut toward zero (the product times the power of two is exact
+            // wherever it is 1 or more); the whole numbers sum exactly in double.
+#if defined(__AVX512DQ__)
+            // A float-to-int64 conversion in vector lanes (vcvttps2qq): each term whole, int64 sums.
+            alignas(64) std::array<std::int64_t, W> whole{};
+            for (std::size_t j = 0; j < W; ++j) whole[j] = static_cast<std::int64_t>(a_val[s] * b_val[s * W + j] * scale[j]);
+            for (std::size_t kk = s + 1; kk < end; ++kk) {
+                const float va = a_val[kk];
+                const float* vb = b_val + kk * W;
+                for (std::size_t j = 0; j < W; ++j) whole[j] += static_cast<std::int64_t>(va * vb[j] * scale[j]);
+            }
+            for (std::size_t j = 0; j < W; ++j) sum[j] = static_cast<double>(whole[j]);
+#else
+            // Elsewhere (SSE2, AVX2, NEON: no vector float-to-int64 conversion) in two int32 parts.
+            alignas(64) std::array<std::int32_t, W> high{}, low{};
+            for (std::size_t j = 0; j < W; ++j) {
+                const float x = a_val[s] * b_val[s * W + j] * scale[j];
+                high[j] = Plan::split_high(x);
+                low[j] = Plan::split_low(x, high[j]);
+            }
+            for (std::size_t kk = s + 1; kk < end; ++kk) {
+                const float va = a_val[kk];
+                const float* vb = b_val + kk * W;
+                for (std::size_t j = 0; j < W; ++j) {
+                    const float x = va * vb[j] * scale[j];
+                    const std::int32_t h = Plan::split_high(x);
+                    high[j] += h;
+                    low[j] += Plan::split_low(x, h);
+                }
+            }
+            for (std::size_t j = 0; j < W; ++j)
+                sum[j] = static_cast<double>(high[j]) * Plan::split_unit + static_cast<double>(low[j]);
+#endif
+        } else if constexpr (Plan::sum_in_int32) {
             for (std::size_t j = 0; j < W; ++j) sum[j] = static_cast<std::int32_t>(a_val[s] * b_val[s * W + j] * scale[j]);
             for (std::size_t kk = s + 1; kk < end; ++kk) {
                 const float va = a_val[kk];
@@ -538,13 +704,23 @@ void lane_chain(const float* a_val, const std::int16_t* a_exp, const float* b_va
         // to P bits toward zero, which a float holds; scaling by 2^(emax - F) is exact. Below
         // the floor the result is the accumulator cut to min(P, F + 1) bits.
         for (std::size_t j = 0; j < W; ++j) {
-            const wide exact = static_cast<wide>(sum[j]) + static_cast<wide>(c_aligned[j]);
-            const wide cut = std::bit_cast<wide>(static_cast<wide_bits>(std::bit_cast<wide_bits>(exact) & Plan::result_mask));
+            wide exact;
+            if constexpr (Plan::join_in_int32) exact = static_cast<wide>(sum[j] + c_aligned[j]);
+            else exact = static_cast<wide>(sum[j]) + static_cast<wide>(c_aligned[j]);
+            auto exact_bits = std::bit_cast<wide_bits>(exact);
+            if constexpr (Model::instruction::rules::normalisation == rounding_mode::nearest_even) {
+                // Round to P bits, ties to even: add half a unit less one, plus the last kept bit;
+                // a carry runs into the exponent field as it should (the sign bit stays clear of it).
+                constexpr int dropped = Plan::wide_mantissa + 1 - Plan::P;
+                exact_bits += ((wide_bits{1} << (dropped - 1)) - 1) + ((exact_bits >> dropped) & 1u);
+            }
+            const wide cut = std::bit_cast<wide>(static_cast<wide_bits>(exact_bits & Plan::result_mask));
             // A blend of bits: a select of floats would be a branch under -ftrapping-math.
             const auto normalised = std::bit_cast<std::uint32_t>(static_cast<float>(cut) * unscale[j]);
             const auto alone = std::bit_cast<std::uint32_t>(c[j]) & Plan::accumulator_mask;
             const auto below = static_cast<std::uint32_t>(-static_cast<std::int32_t>(e_max[j] < F - 126));
             c[j] = std::bit_cast<float>((alone & below) | (normalised & ~below));
+        }
         }
         if constexpr (interval != 0) {
             if (++in_group == interval) {
@@ -555,7 +731,10 @@ void lane_chain(const float* a_val, const std::int16_t* a_exp, const float* b_va
                 in_group = 0;
             }
         }
-    }
+    };
+    std::size_t s = 0;
+    for (; k - s >= step; s += step) instruction(s, std::integral_constant<std::size_t, step>{});
+    if (s < k) instruction(s, k - s);
     if constexpr (interval != 0) {
         if (in_group != 0)
             for (std::size_t j = 0; j < W; ++j) total[j] += c[j];
@@ -563,6 +742,14 @@ void lane_chain(const float* a_val, const std::int16_t* a_exp, const float* b_va
     } else {
         std::copy_n(c.begin(), columns, out);
     }
+}
+
+/// One row of A against one block of columns: the whole chain along K, lane by lane.
+template <GemmModel Model>
+void lane_chain(const float* a_val, const std::int16_t* a_exp, const float* b_val, const std::int16_t* b_exp,
+                std::size_t k, float* out, std::size_t columns)
+{
+    lane_steps<Model>(a_val, a_exp, b_val, b_exp, k, out, columns, uncut_terms{});
 }
 
 /// Model's GEMM in lanes over operands whose pair lane_fit calls usable; false (nothing written)
@@ -645,6 +832,32 @@ template <GemmModel Model>
         if (!some_zero_operand && !Plan::in_range(min_a, max_a, min_b, max_b, k)) return false;
     }
 
+    // The uncut path of double_terms models: the data's exponent bounds (a scan of the decoded
+    // exponents: the fp8 readers do not track them) and B's panel as doubles.
+    uncut_terms uncut;
+    if constexpr (Plan::double_terms && operand_mantissa_bits<typename Model::instruction::operands> >= 0) {
+        constexpr int mantissa = operand_mantissa_bits<typename Model::instruction::operands>;
+        const auto bounds = [](const std::int16_t* e, std::size_t count) {
+            int low = INT16_MAX, high = INT16_MIN;
+            for (std::size_t i = 0; i < count; ++i) {
+                const bool zero = e[i] == lane_zero_exponent;
+                low = std::min(low, zero ? int(INT16_MAX) : int(e[i]));
+                high = std::max(high, int(e[i]));
+            }
+            return std::pair{low, high};
+        };
+        const auto [low_a, high_a] = bounds(a_exp.data(), m * k);
+        const auto [low_b, high_b] = bounds(b_exp.data(), blocks * k * W);
+        // A zero side (low = INT16_MAX) makes every product zero: a floor that always holds.
+        const int floor = low_a + low_b - 2 * mantissa;
+        if (floor >= -126) {  // every nonzero result a normal float: a multiple of 2^floor
+            thread_local std::vector<double> b_wide;
+            b_wide.resize(b_val.size());
+            for (std::size_t i = 0; i < b_val.size(); ++i) b_wide[i] = b_val[i];
+            uncut = {b_wide.data(), floor, high_a + high_b};
+        }
+    }
+
     // Pointers, not the thread_local names: inside the loop those would be each worker's own.
     const float* av = a_val.data();
     const std::int16_t* ae = a_exp.data();
@@ -653,8 +866,10 @@ template <GemmModel Model>
     scalify::detail::parallel_for(blocks * m, [=](std::size_t task) {
         const std::size_t block = task / m, i = task % m;
         const std::size_t j0 = block * W;
-        lane_chain<Model>(av + i * k, ae + i * k, bv + block * k * W, be + block * k * W, k, out + i * n + j0,
-                          std::min(W, n - j0));
+        uncut_terms panel = uncut;
+        if (panel.b_wide != nullptr) panel.b_wide += block * k * W;
+        lane_steps<Model>(av + i * k, ae + i * k, bv + block * k * W, be + block * k * W, k, out + i * n + j0,
+                          std::min(W, n - j0), panel);
     });
 
     // NaN and inf codes: the outputs they reach, again through the reference engine.
