@@ -438,6 +438,26 @@ T random_operand(std::mt19937& rng, int mode)
     return T(std::ldexp(d(rng), mode == 2 ? tiny(rng) : e(rng)));
 }
 
+/// How many outputs of gemm<Model>(a, b) have the bits of gemm_dot over their row and column.
+template <class Model, class TA, class TB>
+std::size_t outputs_matching_gemm_dot(const xt::xarray<TA>& a, const xt::xarray<TB>& b)
+{
+    const auto g = tc::gemm<Model>(a, b);
+    const std::size_t m = a.shape()[0], k = a.shape()[1], n = b.shape()[1];
+    std::size_t same = 0;
+    std::vector<TA> row(k);
+    std::vector<TB> col(k);
+    for (std::size_t i = 0; i < m; ++i)
+        for (std::size_t j = 0; j < n; ++j) {
+            for (std::size_t p = 0; p < k; ++p) {
+                row[p] = a(i, p);
+                col[p] = b(p, j);
+            }
+            same += same_result(bits_of(g(i, j)), bits_of(tc::gemm_dot<Model>(row, col))) ? 1 : 0;
+        }
+    return same;
+}
+
 template <class Model, class TA, class TB>
 void check_gemm_paths(std::mt19937& rng)
 {
@@ -451,18 +471,7 @@ void check_gemm_paths(std::mt19937& rng)
             xt::xarray<TB> b = xt::xarray<TB>::from_shape({k, n});
             for (auto& v : a) v = random_operand<TA>(rng, mode_a == 1 && rng() % 4 != 0 ? 0 : mode_a);
             for (auto& v : b) v = random_operand<TB>(rng, mode_b == 1 && rng() % 4 != 0 ? 0 : mode_b);
-            const auto g = tc::gemm<Model>(a, b);
-            std::size_t same = 0;
-            for (std::size_t i = 0; i < m; ++i)
-                for (std::size_t j = 0; j < n; ++j) {
-                    std::vector<TA> row(k);
-                    std::vector<TB> col(k);
-                    for (std::size_t p = 0; p < k; ++p) {
-                        row[p] = a(i, p);
-                        col[p] = b(p, j);
-                    }
-                    same += same_result(bits_of(g(i, j)), bits_of(tc::gemm_dot<Model>(row, col))) ? 1 : 0;
-                }
+            const std::size_t same = outputs_matching_gemm_dot<Model>(a, b);
             CAPTURE(Model::name, mode_a, mode_b);
             CHECK(same == m * n);
         }
@@ -556,18 +565,7 @@ void check_long_chains(std::mt19937& rng)
             }
         }
         for (std::size_t p = 0; p < k; ++p) a(1, p) = TA(0.0f);
-        const auto g = tc::gemm<Model>(a, b);
-        std::size_t same = 0;
-        for (std::size_t i = 0; i < m; ++i)
-            for (std::size_t j = 0; j < n; ++j) {
-                std::vector<TA> row(k);
-                std::vector<TB> col(k);
-                for (std::size_t p = 0; p < k; ++p) {
-                    row[p] = a(i, p);
-                    col[p] = b(p, j);
-                }
-                same += same_result(bits_of(g(i, j)), bits_of(tc::gemm_dot<Model>(row, col))) ? 1 : 0;
-            }
+        const std::size_t same = outputs_matching_gemm_dot<Model>(a, b);
         CAPTURE(Model::name, combo[0], combo[1], combo[2]);
         CHECK(same == m * n);
     }
