@@ -582,31 +582,6 @@ template <CdnaModel Model, std::size_t Block, bool CheckTiny>
     return mask;
 }
 
-/// 2^e as a double, e in [-1022, 1023].
-[[nodiscard]] inline double pow2(int e) noexcept
-{
-    return std::bit_cast<double>(static_cast<std::uint64_t>(e + 1023) << 52);
-}
-
-/// 2^e as a V (float: e clamped to the normal exponents; double: e in [-1022, 1023]).
-template <class V>
-[[nodiscard]] inline V pow2_of(std::int32_t e) noexcept
-{
-    if constexpr (std::same_as<V, float>) {
-        e = std::min(std::max(e, -126), 127);
-        return std::bit_cast<float>(static_cast<std::uint32_t>(127 + e) << 23);
-    } else {
-        return pow2(e);
-    }
-}
-
-/// x * 2^shift rounded toward -inf, branch-free for vector lanes: a left shift by at most 7 or an
-/// arithmetic right shift (by at most 63: -1 or 0 beyond).
-[[nodiscard]] inline std::int64_t floor_scale_lane(std::int64_t x, std::int32_t shift) noexcept
-{
-    return (x << std::max(shift, 0)) >> std::min(std::max(-shift, 0), 63);
-}
-
 /// An f16, fp8, bf16 or xf32 operand as the float lanes read it: its value (0 for a NaN or inf), its nominal
 /// exponent (-126 for a zero) and whether it takes its row or column through the exact chain (not
 /// finite; an exponent past 63 is not theirs).
@@ -728,22 +703,20 @@ template <bool EvenOdd>
     return static_cast<float>(z) * scale * 0x1p-31f;
 }
 
-/// lane_width outputs of the CDNA3 unit's GEMM in float or double lanes (V) and integer lanes:
-/// a_val/a_exp hold kp operand values (exact in V) and nominal exponents (int16, -126 for a zero),
-/// b_val/b_exp kp rows of lane_width. Each block's products are exact in V and cut with one
-/// conversion to int32 (|cut| < 2^26; a block's half sums stay below 2^30); the round-downs are
-/// integer shifts; the result's one rounding to float32 (nearest even, gradual underflow, overflow
-/// to inf) is the host's conversion of an exact double (double lanes) or join_float_lane's
-/// (float lanes). Float lanes serve operands whose products
-/// are exact in float and whose exponents keep a nonzero product's scale 2^(24 - emax) a normal
-/// float (f16, fp8; bf16 and xf32 whose operands are zero or of exponent in [-51, 60], see
-/// float_lane_of, so that a block with a nonzero product has e >= -102): the scale is clamped
-/// there, where every product is zero. The double lanes are kept for V = double (no caller now). Operands must be
+/// lane_width outputs of the CDNA3 unit's GEMM in float and integer lanes: a_val/a_exp hold kp
+/// operand values (exact floats) and nominal exponents (int16, -126 for a zero), b_val/b_exp kp
+/// rows of lane_width. Each block's products are exact in float and cut with one conversion to
+/// int32 (|cut| < 2^26; a block's half sums stay below 2^30); the round-downs are integer shifts;
+/// the result's one rounding to float32 (nearest even, gradual underflow, overflow to inf) is
+/// join_float_lane's. The operands' products are exact in float and their exponents keep a
+/// nonzero product's scale 2^(24 - emax) a normal float (f16, fp8; bf16 and xf32 whose operands
+/// are zero or of exponent in [-51, 60], see float_lane_of, so that a block with a nonzero product
+/// has e >= -102): the scale is clamped there, where every product is zero. Operands must be
 /// finite and every nominal product exponent below 127 (the caller checks); an output whose
 /// result is not finite is marked in the returned mask (recomputed by chain_read, which has the
 /// rules for infinities and NaN). Every loop runs across the lanes, without branches.
-template <std::size_t Block, bool EvenOdd, class V>
-[[nodiscard]] std::uint32_t fused_lanes(const V* a_val, const std::int16_t* a_exp, const V* b_val,
+template <std::size_t Block, bool EvenOdd>
+[[nodiscard]] std::uint32_t fused_lanes(const float* a_val, const std::int16_t* a_exp, const float* b_val,
                                         const std::int16_t* b_exp, std::size_t kp, float* out) noexcept
 {
     constexpr std::size_t W = lane_width;
@@ -752,9 +725,9 @@ template <std::size_t Block, bool EvenOdd, class V>
     alignas(64) float acc[W] = {};
     alignas(64) std::uint32_t lost[W] = {};  // C was not finite at some block
     for (std::size_t s = 0; s < kp; s += Block) {
-        const V* av = a_val + s;
+        const float* av = a_val + s;
         const std::int16_t* ae = a_exp + s;
-        const V* bv = b_val + s * W;
+        const float* bv = b_val + s * W;
         const std::int16_t* be = b_exp + s * W;
         // One loop over the lanes per block, the block's products unrolled in it: the form the
         // compiler vectorises without shuffles.
@@ -766,25 +739,18 @@ template <std::size_t Block, bool EvenOdd, class V>
                 emax16[q % halves] = std::max(emax16[q % halves], static_cast<std::int16_t>(ae[q] + be[q * W + j]));
             std::int32_t emax[halves];
             for (std::size_t h = 0; h < halves; ++h) emax[h] = emax16[h];
-            V scale[halves];
+            float scale[halves];
             std::int32_t sum[halves];
             for (std::size_t h = 0; h < halves; ++h) {
-                if constexpr (std::same_as<V, float>) {
-                    // pow2_of's 2^(24 - emax) clamped at 2^127, emax <= 120 here: the
-                    // clamp taken in int16 lanes.
-                    const std::int16_t clamped = std::max(emax16[h], std::int16_t{-103});
-                    scale[h] = std::bit_cast<float>(static_cast<std::uint32_t>(151 - clamped) << 23);
-                } else {
-                    scale[h] = pow2_of<V>(24 - emax[h]);
-                }
+                // 2^(24 - emax) clamped at 2^127 (emax <= 120 here), the clamp in int16 lanes.
+                const std::int16_t clamped = std::max(emax16[h], std::int16_t{-103});
+                scale[h] = std::bit_cast<float>(static_cast<std::uint32_t>(151 - clamped) << 23);
                 sum[h] = 0;
             }
             for (std::size_t q = 0; q < Block; ++q)
                 sum[q % halves] += static_cast<std::int32_t>(av[q] * bv[q * W + j] * scale[q % halves]);  // exact, then cut
             // int32 lanes for the exponents and the right shifts (toward -inf; a shift of 31
-            // leaves 0 or -1, as any longer one); the join with C: join_float_lane in int32 lanes
-            // (float lanes), or double lanes for what needs more than 32 bits (every quantity is
-            // an integer below 2^38 times a power of two, exact in a double).
+            // leaves 0 or -1, as any longer one); the join with C in int32 lanes.
             std::int32_t e = emax[0];
             std::int32_t total_sum = sum[0];  // units of 2^(e - 24), below 2^30
             if constexpr (EvenOdd) {
@@ -792,31 +758,9 @@ template <std::size_t Block, bool EvenOdd, class V>
                 total_sum = (sum[0] >> std::min(e - emax[0], 31)) + (sum[1] >> std::min(e - emax[1], 31));
             }
             const std::uint32_t cb = std::bit_cast<std::uint32_t>(acc[j]);
-            if constexpr (std::same_as<V, float>) {
-                acc[j] = join_float_lane<EvenOdd>(e, total_sum, cb);
-                // C from 2^121 (or not finite): the join's scale needs max(e, ec) <= 120.
-                lost[j] |= static_cast<std::uint32_t>(((cb >> 23) & 0xffu) > 247u);
-            } else {
-                const auto field = static_cast<std::int32_t>((cb >> 23) & 0xffu);
-                const std::int32_t normal = field != 0 ? 1 : 0;
-                const std::int32_t ec = field - 127 + (1 - normal);  // -126 for a subnormal or zero
-                const auto magnitude = static_cast<std::int32_t>((cb & 0x7fffffu) | (static_cast<std::uint32_t>(normal) << 23));
-                const std::int32_t sign = -static_cast<std::int32_t>(cb >> 31);
-                const std::int32_t cm = (magnitude ^ sign) - sign;
-                const std::int32_t max_e = std::min(std::max(e, ec), 127);  // 128: C is inf (marked)
-                const std::int32_t up = 7 + e - max_e;  // at most 7
-                const std::int32_t s_down = total_sum >> std::min(std::max(-up, 0), 31);
-                const std::int32_t c_shift = 1 + ec - max_e;  // at most 1
-                std::int32_t c24 = (cm * (1 + (c_shift > 0 ? 1 : 0))) >> std::min(std::max(-c_shift, 0), 31);
-                if constexpr (EvenOdd) c24 &= -static_cast<std::int32_t>(ec >= max_e - 25);
-                const auto power = [](std::int32_t x) {  // 2^x, x in [-126, 127], as a double
-                    return static_cast<double>(std::bit_cast<float>(static_cast<std::uint32_t>(127 + x) << 23));
-                };
-                const double total = static_cast<double>(s_down) * power(std::max(up, 0)) + static_cast<double>(c24) * 128.0;
-                // total * 2^(max_e - 31): exact, then one RNE.
-                acc[j] = static_cast<float>(total * 0x1p-31 * power(std::max(max_e, -126)));
-                lost[j] |= static_cast<std::uint32_t>(field == 0xff);
-            }
+            acc[j] = join_float_lane<EvenOdd>(e, total_sum, cb);
+            // C from 2^121 (or not finite): the join's scale needs max(e, ec) <= 120.
+            lost[j] |= static_cast<std::uint32_t>(((cb >> 23) & 0xffu) > 247u);
         }
     }
     std::uint32_t mask = 0;
@@ -948,12 +892,11 @@ struct gemm_engine<Instruction> {
             // operand, or one whose exponent could take a block out of the float lanes' range
             // (float_lane_of: bf16 and xf32 subnormals, exponents below -51 or above 60), go
             // through the exact chain.
-            using V = float;
-            std::vector<V> a_val(m * kp, V(0)), b_val(blocks * kp * W, V(0));
+            std::vector<float> a_val(m * kp, 0.0f), b_val(blocks * kp * W, 0.0f);
             std::vector<std::int16_t> a_exp(m * kp, -126), b_exp(blocks * kp * W, -126);
             std::vector<unsigned char> row_wild(m, 0), column_wild(n, 0);
-            V* const av = a_val.data();
-            V* const bv = b_val.data();
+            float* const av = a_val.data();
+            float* const bv = b_val.data();
             std::int16_t* const ae = a_exp.data();
             std::int16_t* const be = b_exp.data();
             unsigned char* const rw = row_wild.data();
@@ -975,7 +918,7 @@ struct gemm_engine<Instruction> {
             const auto lanes = [=](std::size_t i, std::size_t blk, float* lane_out) {
                 if (rw[i]) return ~std::uint32_t{0};
                 std::uint32_t unsure =
-                    cdna::fused_lanes<block, even_odd, V>(av + i * kp, ae + i * kp, bv + blk * kp * W, be + blk * kp * W, kp, lane_out);
+                    cdna::fused_lanes<block, even_odd>(av + i * kp, ae + i * kp, bv + blk * kp * W, be + blk * kp * W, kp, lane_out);
                 const std::size_t j0 = blk * W, width = std::min(W, n - j0);
                 for (std::size_t j = 0; j < width; ++j) unsure |= (cw[j0 + j] ? 1u : 0u) << j;
                 return unsure;
