@@ -349,6 +349,36 @@ TEST_CASE("strategies are user-extensible through scaling_traits", "[ops][strate
     CHECK(mul<my_project_scaling>(a, a).scale() == 64.0f);  // other ops: the default rule
 }
 
+TEST_CASE("lane_max: numpy.max's value on integer keys, in any order", "[ops]")
+{
+    using scalify::detail::lane_max;
+    constexpr float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+    const auto max_of = [](std::vector<float> v, float lowest = -std::numeric_limits<float>::infinity()) {
+        return lane_max<float>(v.size(), [&](std::size_t i) { return v[i]; }, lowest);
+    };
+    CHECK(max_of({}) == -inf);
+    CHECK(max_of({}, 3.0f) == 3.0f);
+    CHECK(max_of({-3.0f, -1e-40f, -7.0f}) == -1e-40f);  // negatives ordered, subnormals included
+    CHECK(max_of({-inf, -inf}) == -inf);
+    CHECK(max_of({1.0f, inf, 2.0f}) == inf);
+    CHECK_FALSE(std::signbit(max_of({-0.0f, 0.0f, -0.0f})));  // +0 above -0, whatever the order
+    CHECK_FALSE(std::signbit(max_of({0.0f, -0.0f})));
+    CHECK(std::signbit(max_of({-0.0f, -1.0f})));
+    std::vector<float> row(37, 1.0f);
+    row[29] = -nan;  // a NaN of either sign, anywhere
+    CHECK(std::isnan(max_of(row)));
+    row[29] = 5.0f;
+    CHECK(max_of(row) == 5.0f);
+    CHECK(lane_max<double>(3, [](std::size_t i) { return -double(i) - 0.5; }, -inf) == -0.5);
+
+    // softmax: a NaN poisons its own lane only
+    xt::xarray<float> logits = xt::zeros<float>({2, 20});
+    logits(0, 13) = nan;
+    const auto p = softmax(make_scaled_array(logits, 1.0f), 1).value();
+    CHECK(std::isnan(p(0, 0)));
+    CHECK(p(1, 0) == Approx(1.0f / 20));
+}
+
 TEST_CASE("reductions, softmax, where, layout ops", "[ops]")
 {
     const auto a = make_scaled_array<pow2_scale>(xt::xarray<float>{{1, -2, 3}, {4, 5, -6}}, 0.5f);
