@@ -121,6 +121,27 @@ void parallel_for(std::size_t count, Body&& body)
 #endif
 }
 
+/// parallel_for where `fork` says whether the tasks together pay for a fork and join; on the
+/// calling thread otherwise.
+template <class Body>
+void parallel_for(std::size_t count, bool fork, Body&& body)
+{
+    if (fork) {
+        parallel_for(count, std::forward<Body>(body));
+        return;
+    }
+    for (std::size_t i = 0; i < count; ++i) body(i);
+}
+
+/// Whether GEMM work of `multiply_adds` pays for a fork and join: at least 2^20 of them (50-100
+/// us on one thread at the 10-20 per ns that small products reach), or 40 per nanosecond of the
+/// fork's cost, where forking costs more (a sleeping team: OMP_WAIT_POLICY=passive), so that
+/// each thread's part lasts at least as long as the fork.
+[[nodiscard]] inline bool gemm_work_pays_fork(double multiply_adds) noexcept
+{
+    return multiply_adds >= std::max(double(1 << 20), 40.0 * fork_join_nanoseconds());
+}
+
 /// Whether the caller already runs inside an active OpenMP parallel region.
 [[nodiscard]] inline bool in_parallel_region() noexcept
 {

@@ -496,6 +496,9 @@ template <bool NeedsAmax, class R, class C, ScalePolicy P, bool TransposeA = fal
                                                      const scale_request& request, scale_rule rule)
 {
     const std::size_t batches = s.batch_count(), m = s.m, k = s.k, n = s.n;
+    // The batches across threads where they pay for it (a small model's per-head products do not:
+    // under load each fork waits for a core).
+    const bool fork = gemm_work_pays_fork(double(batches) * double(m) * double(n) * double(k));
     if constexpr (!NeedsAmax && std::same_as<R, C>) {
         // Static scale: natural / scale folds into each batch's GEMM alpha, written straight into
         // the result (as the 2-D product does: eigen_matmul).
@@ -505,7 +508,7 @@ template <bool NeedsAmax, class R, class C, ScalePolicy P, bool TransposeA = fal
             std::fill_n(data.data(), data.size(), C(0));
         } else {
             const auto alpha = static_cast<C>(double(request.natural) / double(scale));
-            parallel_for(batches, [&](std::size_t t) {
+            parallel_for(batches, fork, [&](std::size_t t) {
                 gemm_any_thread_count<C, TransposeA, TransposeB>(a + s.operand_batch(s.a_batch, t) * m * k,
                                                                  b + s.operand_batch(s.b_batch, t) * k * n, m, k, n,
                                                                  data.data() + t * m * n, alpha);
@@ -516,7 +519,7 @@ template <bool NeedsAmax, class R, class C, ScalePolicy P, bool TransposeA = fal
         return result;
     }
     std::vector<C> raw(batches * m * n);  // zeros: a k == 0 product stays so
-    parallel_for(batches, [&](std::size_t t) {
+    parallel_for(batches, fork, [&](std::size_t t) {
         // Each batch as a scale-1 product under natural scaling would compute: alpha 1, the
         // same GEMM call over the same operand values.
         if (k != 0) {
