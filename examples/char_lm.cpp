@@ -84,8 +84,8 @@ auto self_attention(const Block& p, const X& x, std::size_t heads)
     const std::size_t b = x.shape()[0], t = x.shape()[1], d = x.shape()[2], dh = d / heads;
     // Temporaries are passed on as they are: an op whose argument expires reuses its memory
     // (the reshape takes the linear layer's).
-    const auto split = transpose(reshape(linear(x, p.w_qkv, p.b_qkv), {b, t, 3, heads, dh}), {2, 0, 3, 1, 4});  // (3, B, H, T, dh)
-    const auto part = [&](std::size_t i) { return reshape(slice(split, 0, i, i + 1), {b, heads, t, dh}); };
+    auto qkv = split(transpose(reshape(linear(x, p.w_qkv, p.b_qkv), {b, t, 3, heads, dh}), {2, 0, 3, 1, 4}), 3);  // 3 x (1, B, H, T, dh)
+    const auto part = [&](std::size_t i) { return reshape(std::move(qkv[i]), {b, heads, t, dh}); };
     const auto mixed = attention(part(0), part(1), part(2), /*causal*/ true);     // (B, H, T, dh)
     return linear(reshape(transpose(mixed, {0, 2, 1, 3}), {b, t, d}), p.w_attention_out, p.b_attention_out);
 }

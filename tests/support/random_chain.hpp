@@ -23,6 +23,8 @@ enum class chain_op : std::uint8_t {
     // (embedding, h as its table); h plus each row's dot product with c's row (a batched matmul
     // of M (1 x N) by (N x 1) products, broadcast back).
     tanh, layer_norm, rms_norm, masked_softmax, gather_rows, row_dot,
+    // h's first column moved last: a split into (1, N - 1) columns joined the other way round.
+    split_rotate,
     count
 };
 
@@ -80,6 +82,10 @@ struct chain {
             const auto row = reshape(h, {m, 1, n});
             const auto column = reshape(c, {m, n, 1});
             return h + reshape(matmul(row, column), {m, 1});
+        }
+        case chain_op::split_rotate: {
+            auto parts = split(h, std::vector<std::size_t>{1, h.shape()[1] - 1}, 1);
+            return concatenate(std::vector<H>{parts[1], parts[0]}, 1);
         }
         case chain_op::count: break;
         }
@@ -150,6 +156,11 @@ chain_gradients<P> hand_gradients(const chain& program, const ScaledArray<T, P>&
             h = add<Strategy>(h, reshape(matmul<Strategy>(reshape(h, {m, 1, n}), reshape(c, {m, n, 1})), {m, 1}));
             break;
         }
+        case chain_op::split_rotate: {
+            const auto parts = split(h, std::vector<std::size_t>{1, h.shape()[1] - 1}, 1);
+            h = concatenate<Strategy>({parts[1], parts[0]}, 1);
+            break;
+        }
         case chain_op::count: break;
         }
         outputs.push_back(h);
@@ -209,6 +220,12 @@ chain_gradients<P> hand_gradients(const chain& program, const ScaledArray<T, P>&
                 accumulate<Strategy>(out.c, reshape(products.second, {m, n}));
                 accumulate<Strategy>(sum, reshape(products.first, {m, n}));
                 return sum;
+            }
+            case chain_op::split_rotate: {
+                // concatenate's rule cuts the cotangent back; split's joins the pieces in x's order.
+                const std::size_t n = x.shape()[1];
+                auto pieces = concatenate_vjp(scalify::cast<C>(gk), {n - 1, 1}, 1);
+                return concatenate<Strategy>({pieces[1], pieces[0]}, 1);
             }
             case chain_op::count: break;
             }

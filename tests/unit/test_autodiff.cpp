@@ -110,6 +110,14 @@ TEST_CASE("every differentiable op matches finite differences", "[autodiff]")
         using V = std::remove_cvref_t<decltype(slice(a, 1, 0, 2))>;
         return sum(concatenate(std::vector<V>{slice(a, 1, 0, 2), slice(b, 1, 2, 4)}, 1) * a);
     });
+    check("split, a part unused", [&](const auto& a, const auto& b) {
+        auto parts = split(a * b, std::vector<std::size_t>{1, 2, 1}, 1);
+        return sum(parts[0] * parts[0]) + sum(exp(parts[2])) * 2.0;
+    });
+    check("split, the first part unused", [&](const auto& a, const auto& b) {
+        auto parts = split(a * b + a, 2, 1);
+        return sum(parts[1] * parts[1]);
+    });
     check("cast rebalance", [&](const auto& a, const auto& b) { return sum(rebalance_scale(cast<double>(a), 4.0f) * b); });
     check("tanh log_softmax reduce_mean", [&](const auto& a, const auto& b) {
         return sum(tanh(a) * log_softmax(b, 1)) + reduce_mean(a * b) * 5.0;

@@ -391,6 +391,68 @@ TEST_CASE("a tiny transformer block in fp8 under the recipe: finite, close to fl
     }
 }
 
+TEST_CASE("split: slices forward, one joined cotangent backward", "[transformer]")
+{
+    std::mt19937 rng(37);
+    using F = ScaledArray<float, pow2_scale>;
+    const F x = random_array<float, pow2_scale>(rng, {3, 2, 12}, 0.5f);
+    const F w = random_array<float, pow2_scale>(rng, {4, 5}, 0.25f);
+
+    // Forward: the slices, scale kept; a ScaledArray model gets the same parts.
+    const auto parts = split(x, 3, 2);
+    REQUIRE(parts.size() == 3);
+    for (std::size_t i = 0; i < 3; ++i) {
+        CHECK(parts[i].scale() == x.scale());
+        CHECK(bool(parts[i].data() == slice(x, 2, 4 * i, 4 * (i + 1)).data()));
+    }
+    CHECK(split(x, std::vector<std::size_t>{2, 1}, 0)[1].shape()[0] == 1);
+    CHECK_THROWS_WITH(split(x, 5, 2), Catch::Matchers::Contains("5 equal sections do not divide extent 12 of axis 2"));
+    CHECK_THROWS_WITH(split(x, 0, 2), Catch::Matchers::Contains("0 equal sections"));
+    CHECK_THROWS_WITH(split(x, 2, 3), Catch::Matchers::Contains("axis 3 out of range for shape (3, 2, 12)"));
+    CHECK_THROWS_WITH(split(x, std::vector<std::size_t>{5, 6}, 2), Catch::Matchers::Contains("part extents (5, 6) along axis 2 do not make up shape (3, 2, 12)"));
+
+    // Backward under natural scaling (pow2 scales rescale exactly): the same bits as the three
+    // slices' zero-padded cotangents summed; each part's cotangent at its own scale.
+    const auto with_split = [&](const auto& p) {
+        auto qkv = split(p * 3.0, 3, 2);
+        return reduce_sum(matmul(qkv[0], w) * 4.0 + matmul(qkv[1] * 0.125, w) + matmul(qkv[2], w) * matmul(qkv[0], w));
+    };
+    const auto with_slices = [&](const auto& p) {
+        const auto y = p * 3.0;
+        const auto part = [&](std::size_t i) { return slice(y, 2, 4 * i, 4 * (i + 1)); };
+        return reduce_sum(matmul(part(0), w) * 4.0 + matmul(part(1) * 0.125, w) + matmul(part(2), w) * matmul(part(0), w));
+    };
+    const auto [value, grad] = ad::value_and_grad<natural_scaling>(with_split, x);
+    const auto [slices_value, slices_grad] = ad::value_and_grad<natural_scaling>(with_slices, x);
+    CHECK(value.data()() == slices_value.data()());
+    CHECK(grad.value().shape() == slices_grad.value().shape());
+    CHECK(bool(grad.value() == slices_grad.value()));
+
+    // An inspection sees the three parts as ops of their input.
+    const auto inspected = ad::inspect<natural_scaling>(with_split, x);
+    REQUIRE(inspected.report.ops_named("split").size() == 3);
+    CHECK(inspected.report.ops_named("split")[0]->inputs == std::vector<std::string>{"#1"});  // p * 3
+
+    // Under unit scaling the joined cotangent's scale is concatenate's (an RMS over the parts'
+    // elements), the value the same to rounding.
+    const auto [unit_value, unit_grad] = ad::value_and_grad<unit_scaling>(with_split, x);
+    const xt::xarray<float> g = unit_grad.value(), r = slices_grad.value();
+    for (std::size_t i = 0; i < g.size(); ++i) CHECK(g.flat(i) == Approx(r.flat(i)).epsilon(1e-5));
+
+    // Only some parts reached: zeros elsewhere; a second sweep on one tape adds up.
+    ad::tape<pow2_scale> tape;
+    const auto v = tape.watch<natural_scaling>(x);
+    const auto only = split(v, 3, 2);
+    const auto out = reduce_sum(only[1] * 2.0);
+    tape.backward(out);
+    tape.backward(out);
+    const xt::xarray<float> twice = tape.gradient_of(v).value();
+    for (std::size_t i = 0; i < twice.size(); ++i) {
+        const std::size_t along = i % 12;
+        CHECK(twice.flat(i) == (along >= 4 && along < 8 ? 4.0f : 0.0f));
+    }
+}
+
 TEST_CASE("linear adds the bias inside the GEMM: add(matmul)'s scale, one rounding, the same gradients", "[transformer]")
 {
     std::mt19937 rng(31);

@@ -495,6 +495,82 @@ template <class T, class P, class S>
                                                         }));
 }
 
+/// x cut along `axis` into parts of `extents` elements (scalify::split; numpy.split, torch.split).
+/// Backward: the parts' cotangents joined by concatenate's rule, a part that got none taking
+/// zeros, one array for x (PyTorch's split backward is a cat too); slices of x would send x one
+/// zero-padded array each and sum them.
+template <class T, class P, class S>
+[[nodiscard]] std::vector<var<T, P, S>> split(const var<T, P, S>& x, const std::vector<std::size_t>& extents, std::size_t axis = 0)
+{
+    using C = compute_t<T>;
+    auto values = scalify::split(x.value(), extents, axis);
+    std::vector<var<T, P, S>> parts;
+    parts.reserve(values.size());
+    const auto state = detail::var_access::live_tape(x, "split");
+    const auto& input = detail::var_access::node(x);
+    if (!state || !input->requires_grad) {
+        for (auto& v : values) parts.push_back(var<T, P, S>(std::move(v)));
+        return parts;
+    }
+    // The parts' cotangents, kept by each part's backward rule until the first part's (recorded
+    // first, so swept last of them) joins them.
+    struct gathered {
+        std::vector<std::optional<ScaledArray<C, P>>> cotangents;
+        std::vector<std::vector<std::size_t>> shapes;
+    };
+    auto gather = std::make_shared<gathered>();
+    gather->cotangents.resize(values.size());
+    for (const auto& v : values) gather->shapes.emplace_back(v.shape().begin(), v.shape().end());
+    const detail::node_base<P>* const input_base = input.get();
+    for (std::size_t i = 0; i < values.size(); ++i) {
+        auto node = std::make_shared<detail::value_node<T, P, S>>(std::move(values[i]));
+        node->requires_grad = true;
+        node->tape = state.get();
+        node->index = state->nodes.size();
+        node->backward_reads_output = false;
+        if (detail::tape_observer* const observer = detail::observer_of(state.get())) [[unlikely]] {
+            detail::report_record(*observer, "split", static_cast<const detail::node_base<P>&>(*node), &input_base, 1);
+        }
+        if (i != 0) {
+            node->backward = [gather, i](gradient<P>&& g) { gather->cotangents[i] = detail::take_as<C>(std::move(g)); };
+        } else {
+            node->gathers = true;
+            node->backward = [gather, input, axis](gradient<P>&& g) {
+                if (!g.empty()) gather->cotangents[0] = detail::take_as<C>(std::move(g));
+                if (std::none_of(gather->cotangents.begin(), gather->cotangents.end(), [](const auto& c) { return c.has_value(); })) return;
+                std::vector<ScaledArray<C, P>> pieces;
+                pieces.reserve(gather->cotangents.size());
+                for (std::size_t j = 0; j < gather->cotangents.size(); ++j) {
+                    auto& c = gather->cotangents[j];
+                    // zeros at scale 0: no say in the joined scale
+                    if (c) {
+                        pieces.push_back(std::move(*c));
+                    } else {
+                        xt::xarray<C> zeros = xt::xarray<C>::from_shape(gather->shapes[j]);
+                        zeros.fill(C(0));
+                        pieces.push_back(ScaledArray<C, P>(std::move(zeros), 0.0f));
+                    }
+                    c.reset();
+                }
+                input->accumulate(scalify::concatenate<S>(pieces, axis));
+            };
+        }
+        state->nodes.push_back(node);
+        parts.push_back(detail::var_access::make(std::move(node), state));
+    }
+    return parts;
+}
+
+/// x cut along `axis` into `sections` parts of equal extent (shape_error unless they divide it).
+template <class T, class P, class S>
+[[nodiscard]] std::vector<var<T, P, S>> split(const var<T, P, S>& x, std::size_t sections, std::size_t axis = 0)
+{
+    if (axis >= x.dimension()) {
+        SCALIFY_THROW(shape_error(fmt::format("split: axis {} out of range for shape {}", axis, shape_string(x.shape()))));
+    }
+    return split(x, scalify::detail::equal_sections("split", x.shape()[axis], sections, axis), axis);
+}
+
 /// Parts joined along `axis`; each part's cotangent is its slice of the output's.
 template <class T, class P, class S>
 [[nodiscard]] var<T, P, S> concatenate(const std::vector<var<T, P, S>>& parts, std::size_t axis = 0)

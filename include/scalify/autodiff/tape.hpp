@@ -128,6 +128,9 @@ struct node_base {
     std::size_t index = 0;                             ///< position on the tape
     bool requires_grad = false;
     bool watched = false;                              ///< a parameter: its gradient is kept
+    /// Its backward runs in every sweep, with an empty cotangent when none reached it: the
+    /// first part of a split, which joins its parts' cotangents (the others run before it).
+    bool gathers = false;
 };
 
 struct borrow_t {};
@@ -671,8 +674,8 @@ public:
         for (std::size_t i = node->index + 1; i-- > 0;) {
             auto& n = *m_state->nodes[i];
             // Only recorded ops have a backward function; parameters (which keep their gradient) do not.
-            if (n.grad.empty() || !n.backward) continue;
-            if (observer != nullptr) [[unlikely]] detail::report_cotangent(*observer, n.index, n.grad);
+            if ((n.grad.empty() && !n.gathers) || !n.backward) continue;
+            if (observer != nullptr && !n.grad.empty()) [[unlikely]] detail::report_cotangent(*observer, n.index, n.grad);
             n.backward(std::move(n.grad));
             n.grad = {};  // an intermediate cotangent is dead once sent on
         }

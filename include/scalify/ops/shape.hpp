@@ -1,6 +1,6 @@
 #pragma once
 /// \file shape.hpp
-/// Layout ops: transpose, reshape, rows / slice (copies, bounds checked), concatenate. Values are
+/// Layout ops: transpose, reshape, rows / slice / split (copies, bounds checked), concatenate. Values are
 /// unchanged; transpose, reshape and slicing keep the scale; concatenate's natural scale is the
 /// largest of its parts' (the others rescale into it, exactly under pow2_scale barring
 /// underflow), and its request's input scale is the parts' scales combined as an RMS over their
@@ -214,6 +214,59 @@ template <class T, class P>
     return ScaledArray<T, P>(std::move(data), a.scale());
 }
 
+namespace detail {
+
+template <class T, class P>
+[[nodiscard]] std::vector<ScaledArray<T, P>> split_along(const char* op, const ScaledArray<T, P>& a,
+                                                         const std::vector<std::size_t>& extents, std::size_t axis)
+{
+    std::size_t total = 0;
+    for (auto extent : extents) total += extent;
+    if (axis >= a.dimension() || total != a.shape()[axis]) {
+        SCALIFY_THROW(shape_error(fmt::format("{}: part extents {} along axis {} do not make up shape {}", op,
+                                              shape_string(extents), axis, shape_string(a.shape()))));
+    }
+    std::vector<ScaledArray<T, P>> parts;
+    parts.reserve(extents.size());
+    std::size_t first = 0;
+    for (auto extent : extents) {
+        parts.push_back(slice(a, axis, first, first + extent));
+        first += extent;
+    }
+    return parts;
+}
+
+/// `sections` equal extents making up `extent`; shape_error naming the op otherwise.
+[[nodiscard]] inline std::vector<std::size_t> equal_sections(const char* op, std::size_t extent, std::size_t sections,
+                                                              std::size_t axis)
+{
+    if (sections == 0 || extent % sections != 0) {
+        SCALIFY_THROW(shape_error(fmt::format("{}: {} equal sections do not divide extent {} of axis {}", op, sections, extent, axis)));
+    }
+    return std::vector<std::size_t>(sections, extent / sections);
+}
+
+}  // namespace detail
+
+/// a cut along `axis` into parts of `extents` elements (they must add up to a's extent: shape_error
+/// otherwise), each a new array with a's scale: numpy.split / torch.split.
+template <class T, class P>
+[[nodiscard]] std::vector<ScaledArray<T, P>> split(const ScaledArray<T, P>& a, const std::vector<std::size_t>& extents,
+                                                   std::size_t axis = 0)
+{
+    return detail::split_along("split", a, extents, axis);
+}
+
+/// a cut along `axis` into `sections` parts of equal extent (shape_error unless they divide it).
+template <class T, class P>
+[[nodiscard]] std::vector<ScaledArray<T, P>> split(const ScaledArray<T, P>& a, std::size_t sections, std::size_t axis = 0)
+{
+    if (axis >= a.dimension()) {
+        SCALIFY_THROW(shape_error(fmt::format("split: axis {} out of range for shape {}", axis, shape_string(a.shape()))));
+    }
+    return detail::split_along("split", a, detail::equal_sections("split", a.shape()[axis], sections, axis), axis);
+}
+
 /// Rows [first, last) of an array (slice along axis 0): a mini-batch.
 template <class T, class P>
 [[nodiscard]] ScaledArray<T, P> rows(const ScaledArray<T, P>& a, std::size_t first, std::size_t last)
@@ -319,26 +372,12 @@ template <class G, class P, class Shape>
 }
 
 /// y = concatenate(parts, axis), given each part's extent along `axis`: g cut back into the
-/// parts' pieces, each a slice of g (data and scale kept). shape_error unless the extents add up
-/// to g's extent along `axis`.
+/// parts' pieces (split). shape_error unless the extents add up to g's extent along `axis`.
 template <class G, class P>
 [[nodiscard]] std::vector<ScaledArray<G, P>> concatenate_vjp(const ScaledArray<G, P>& g, const std::vector<std::size_t>& extents,
                                                              std::size_t axis)
 {
-    std::size_t total = 0;
-    for (auto extent : extents) total += extent;
-    if (axis >= g.dimension() || total != g.shape()[axis]) {
-        SCALIFY_THROW(shape_error(fmt::format("concatenate_vjp: part extents {} along axis {} do not make up the cotangent's shape {}",
-                                              shape_string(extents), axis, shape_string(g.shape()))));
-    }
-    std::vector<ScaledArray<G, P>> parts;
-    parts.reserve(extents.size());
-    std::size_t first = 0;
-    for (auto extent : extents) {
-        parts.push_back(slice(g, axis, first, first + extent));
-        first += extent;
-    }
-    return parts;
+    return detail::split_along("concatenate_vjp", g, extents, axis);
 }
 
 }  // namespace scalify
