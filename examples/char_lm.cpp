@@ -97,10 +97,10 @@ auto forward(const Ends& e, const Blocks& blocks, const xt::xarray<std::int32_t>
     const std::size_t b = inputs.shape()[0], t = inputs.shape()[1];
     auto x = embedding(e.tokens, inputs) + slice(e.positions, 0, 0, t);
     for (const auto& p : blocks) {
-        x = x + self_attention(p, layer_norm(x) * p.norm1_gain + p.norm1_bias, heads);
-        x = x + linear(gelu(linear(layer_norm(x) * p.norm2_gain + p.norm2_bias, p.w_fc, p.b_fc)), p.w_proj, p.b_proj);
+        x = x + self_attention(p, layer_norm(x, p.norm1_gain, p.norm1_bias), heads);
+        x = x + linear(gelu(linear(layer_norm(x, p.norm2_gain, p.norm2_bias), p.w_fc, p.b_fc)), p.w_proj, p.b_proj);
     }
-    const auto logits = matmul(layer_norm(x) * e.norm_gain + e.norm_bias, e.w_logits);
+    const auto logits = matmul(layer_norm(x, e.norm_gain, e.norm_bias), e.w_logits);
     return reshape(logits, {b * t, e.w_logits.shape()[1]});
 }
 

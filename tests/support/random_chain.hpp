@@ -24,7 +24,8 @@ enum class chain_op : std::uint8_t {
     // of M (1 x N) by (N x 1) products, broadcast back).
     tanh, layer_norm, rms_norm, masked_softmax, gather_rows, row_dot,
     // h's first column moved last: a split into (1, N - 1) columns joined the other way round.
-    split_rotate,
+    // layer_norm with a gain and a bias (both the bias row: one op, the composition's bits).
+    split_rotate, layer_norm_affine,
     count
 };
 
@@ -87,6 +88,7 @@ struct chain {
             auto parts = split(h, std::vector<std::size_t>{1, h.shape()[1] - 1}, 1);
             return concatenate(std::vector<H>{parts[1], parts[0]}, 1);
         }
+        case chain_op::layer_norm_affine: return layer_norm(h, bias, bias);
         case chain_op::count: break;
         }
         return h;
@@ -161,6 +163,7 @@ chain_gradients<P> hand_gradients(const chain& program, const ScaledArray<T, P>&
             h = concatenate<Strategy>({parts[1], parts[0]}, 1);
             break;
         }
+        case chain_op::layer_norm_affine: h = add<Strategy>(mul<Strategy>(layer_norm<Strategy>(h), bias), bias); break;
         case chain_op::count: break;
         }
         outputs.push_back(h);
@@ -226,6 +229,19 @@ chain_gradients<P> hand_gradients(const chain& program, const ScaledArray<T, P>&
                 const std::size_t n = x.shape()[1];
                 auto pieces = concatenate_vjp(scalify::cast<C>(gk), {n - 1, 1}, 1);
                 return concatenate<Strategy>({pieces[1], pieces[0]}, 1);
+            }
+            case chain_op::layer_norm_affine: {
+                // The fused op sends the gain's cotangent before the bias's (its inputs' order),
+                // the composition the bias's first (the add is the later node).
+                const auto normalised = layer_norm<Strategy>(x);
+                const auto product = mul<Strategy>(normalised, bias);
+                auto sum = add_vjp<Strategy>(gk, product.shape(), bias.shape());
+                auto factors = mul_vjp<Strategy>(sum.first, normalised, bias);
+                const bool fused = std::same_as<T, C> && scalify::detail::plan_affine_norm<Strategy>(x, bias, bias, x.shape()[1]).has_value();
+                if (!fused) accumulate<Strategy>(out.bias, sum.second);
+                accumulate<Strategy>(out.bias, factors.second);
+                if (fused) accumulate<Strategy>(out.bias, sum.second);
+                return layer_norm_vjp<Strategy>(factors.first, x);
             }
             case chain_op::count: break;
             }

@@ -118,6 +118,9 @@ TEST_CASE("every differentiable op matches finite differences", "[autodiff]")
         auto parts = split(a * b + a, 2, 1);
         return sum(parts[1] * parts[1]);
     });
+    check("layer_norm with gain and bias", [&](const auto& a, const auto& b) {
+        return sum(layer_norm(a * b, reduce_sum(b, {0}), reduce_sum(a, {0})) * b);
+    });
     check("cast rebalance", [&](const auto& a, const auto& b) { return sum(rebalance_scale(cast<double>(a), 4.0f) * b); });
     check("tanh log_softmax reduce_mean", [&](const auto& a, const auto& b) {
         return sum(tanh(a) * log_softmax(b, 1)) + reduce_mean(a * b) * 5.0;

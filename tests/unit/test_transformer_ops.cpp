@@ -9,6 +9,7 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <optional>
 #include <random>
@@ -389,6 +390,70 @@ TEST_CASE("a tiny transformer block in fp8 under the recipe: finite, close to fl
         INFO("parameter " << which);
         CHECK(std::sqrt(diff / norm) < 0.2);  // fp8 operands (3 mantissa bits) and e5m2 cotangents
     }
+}
+
+namespace transformer_ops_test {
+
+template <class A>
+bool same_array(const A& x, const A& y)
+{
+    return x.scale() == y.scale() && x.shape() == y.shape() &&
+           std::memcmp(x.data().data(), y.data().data(), x.size() * sizeof(typename A::value_type)) == 0;
+}
+
+/// layer_norm(x, gain, bias) against layer_norm(x) * gain + bias under Strategy: the value, and
+/// the three gradients through value_and_grad, bit for bit.
+template <class Strategy, class A>
+void check_fused_layer_norm(const A& x, const A& gain, const A& bias, const A& weights)
+{
+    CHECK(same_array(layer_norm<Strategy>(x, gain, bias), add<Strategy>(mul<Strategy>(layer_norm<Strategy>(x), gain), bias)));
+    const std::vector<A> params{x, gain, bias};
+    // A loss whose cotangent differs from element to element.
+    const auto fused = [&](const auto& p) { return reduce_sum(layer_norm(p[0], p[1], p[2]) * weights); };
+    const auto composed = [&](const auto& p) { return reduce_sum((layer_norm(p[0]) * p[1] + p[2]) * weights); };
+    const auto [value, grads] = ad::value_and_grad<Strategy>(fused, params);
+    const auto [composed_value, composed_grads] = ad::value_and_grad<Strategy>(composed, params);
+    CHECK(same_array(value, composed_value));
+    for (std::size_t i = 0; i < 3; ++i) {
+        INFO("parameter " << i);
+        REQUIRE(grads[i].type_name() == composed_grads[i].type_name());
+        CHECK(same_array(std::get<A>(grads[i].variant()), std::get<A>(composed_grads[i].variant())));
+    }
+}
+
+}  // namespace transformer_ops_test
+
+TEST_CASE("layer_norm with gain and bias: one op, the composition's bits and scales", "[transformer]")
+{
+    std::mt19937 rng(41);
+    using F = ScaledArray<float, pow2_scale>;
+    const F x = random_array<float, pow2_scale>(rng, {3, 5, 16}, 8.0f);
+    const F gain = random_array<float, pow2_scale>(rng, {16}, 0.5f);
+    const F bias = random_array<float, pow2_scale>(rng, {16}, 0.03125f);
+    const F weights = random_array<float, pow2_scale>(rng, {3, 5, 16}, 1.0f);
+    check_fused_layer_norm<natural_scaling>(x, gain, bias, weights);
+    check_fused_layer_norm<unit_scaling>(x, gain, bias, weights);
+    check_fused_layer_norm<default_scaling>(x, gain, bias, weights);
+    // A bias at a larger scale than the product: the product rescaled into the sum.
+    check_fused_layer_norm<natural_scaling>(x, gain, F(bias.data(), 64.0f), weights);
+    // float32 scales that are not powers of two, and float64.
+    check_fused_layer_norm<unit_scaling>(random_array<float, float_scale>(rng, {4, 8}, 3.0f), random_array<float, float_scale>(rng, {8}, 0.7f),
+                                         random_array<float, float_scale>(rng, {8}, 0.3f), random_array<float, float_scale>(rng, {4, 8}, 1.5f));
+    check_fused_layer_norm<natural_scaling>(D(random_array<double, float_scale>(rng, {6, 8}, 1.0f)), random_array<double, float_scale>(rng, {8}, 2.0f),
+                                            random_array<double, float_scale>(rng, {8}, 0.25f), random_array<double, float_scale>(rng, {6, 8}, 1.0f));
+    // The composition's own cases: a zero-scale bias or x, a (1, N) gain, a strategy that needs the amax.
+    check_fused_layer_norm<natural_scaling>(x, gain, F(bias.data(), 0.0f), weights);
+    check_fused_layer_norm<natural_scaling>(F(x.data(), 0.0f), gain, bias, weights);
+    CHECK(same_array(layer_norm<natural_scaling>(x, reshape(gain, {1, 16}), bias), add<natural_scaling>(mul<natural_scaling>(layer_norm<natural_scaling>(x), reshape(gain, {1, 16})), bias)));
+    CHECK(same_array(layer_norm<dynamic_abs<float8_e4m3fn>>(x, gain, bias),
+                     add<dynamic_abs<float8_e4m3fn>>(mul<dynamic_abs<float8_e4m3fn>>(layer_norm<dynamic_abs<float8_e4m3fn>>(x), gain), bias)));
+    // One tape node where the composition records three; errors as layer_norm's.
+    CHECK(ad::inspect<natural_scaling>([&](const auto& p) { return reduce_sum(layer_norm(p[0], p[1], p[2])); }, std::vector<F>{x, gain, bias})
+              .report.ops_named("layer_norm")
+              .front()
+              ->inputs.size() == 3);
+    CHECK_THROWS_WITH(layer_norm(x, gain, bias, -1.0), Catch::Matchers::Contains("eps must be finite and >= 0, got -1"));
+    CHECK_THROWS_AS(layer_norm(x, random_array<float, pow2_scale>(rng, {7}, 1.0f), bias), shape_error);
 }
 
 TEST_CASE("split: slices forward, one joined cotangent backward", "[transformer]")

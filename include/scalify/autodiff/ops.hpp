@@ -918,6 +918,46 @@ template <class Op, bool Centred, class T, class P, class S>
 
 }  // namespace detail
 
+/// layer_norm(x) * gain + bias as one recorded op (scalify::layer_norm(x, gain, bias); PyTorch's
+/// layer_norm with weight and bias): the forward pass and the three cotangents with the bits and
+/// scales of the three ops recorded one by one, in fewer passes and one node. Where
+/// scalify::layer_norm(x, gain, bias) runs the composition, so does this (three nodes).
+template <class X, class Gain, class Bias>
+    requires(detail::var_operands<X, Gain> || detail::var_operands<X, Bias> || detail::var_operands<Gain, Bias>) &&
+            (detail::is_var_v<X> || detail::is_scaled_array_v<X>) && (detail::is_var_v<Gain> || detail::is_scaled_array_v<Gain>) &&
+            (detail::is_var_v<Bias> || detail::is_scaled_array_v<Bias>)
+[[nodiscard]] auto layer_norm(const X& x, const Gain& gain, const Bias& bias, double eps = 1e-5)
+{
+    using S = typename std::conditional_t<detail::is_var_v<X>, X, std::conditional_t<detail::is_var_v<Gain>, Gain, Bias>>::strategy;
+    const auto a = detail::lift<S>(x);
+    const auto g = detail::lift<S>(gain);
+    const auto c = detail::lift<S>(bias);
+    using T = typename decltype(a)::value_type;
+    using P = typename decltype(a)::scale_policy;
+    // One float32 or float64 type and a static strategy (plan_affine_norm's): else the composition.
+    constexpr bool fusable = std::same_as<typename decltype(g)::value_type, T> && std::same_as<typename decltype(c)::value_type, T> &&
+                             std::same_as<typename decltype(g)::scale_policy, P> && std::same_as<typename decltype(c)::scale_policy, P> &&
+                             std::same_as<T, compute_t<T>> && !scalify::detail::needs_amax_v<S>;
+    if constexpr (!fusable) {
+        return layer_norm(a, eps) * g + c;
+    } else {
+        const auto& xv = a.value();
+        const std::size_t length = scalify::detail::normalised_length("layer_norm", xv, eps);
+        auto plan = scalify::detail::plan_affine_norm<S>(xv, g.value(), c.value(), length);
+        if (!plan) return layer_norm(a, eps) * g + c;
+        auto stats = std::make_shared<const scalify::detail::lane_statistics<true, T, P>>(xv, length, eps);
+        auto shared_plan = std::make_shared<const scalify::detail::affine_norm_plan<compute_t<T>>>(std::move(*plan));
+        auto y = scalify::detail::affine_normalise(xv, g.value(), *stats, *shared_plan);
+        return detail::reads_no_output(detail::record_op<S>(
+            "layer_norm", std::move(y), std::tuple{a, g, c},
+            [eps, stats = std::move(stats), plan = std::move(shared_plan)](const auto& gy, const auto&, const auto& xv, const auto& gv,
+                                                                          const auto& bv) {
+                auto [dx, dgain, dbias] = scalify::detail::affine_normalise_vjp<S>(gy, xv, gv, bv, eps, *stats, *plan);
+                return std::tuple{std::move(dx), std::move(dgain), std::move(dbias)};
+            }));
+    }
+}
+
 /// layer_norm along the last axis (natural scale 1; normalization.hpp); backward layer_norm_vjp.
 template <class T, class P, class S>
 [[nodiscard]] var<T, P, S> layer_norm(const var<T, P, S>& x, double eps = 1e-5)

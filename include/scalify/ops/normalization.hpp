@@ -1,7 +1,8 @@
 #pragma once
 /// \file normalization.hpp
-/// layer_norm and rms_norm along the last axis (no affine part: a model multiplies by its gain
-/// and adds its bias with mul and add), and their backward rules.
+/// layer_norm and rms_norm along the last axis, and their backward rules; layer_norm with a
+/// gain and a bias (PyTorch's weight and bias) as one op: layer_norm(x) * gain + bias in one pass,
+/// the three ops' scales and roundings (see layer_norm(x, gain, bias)).
 ///
 /// Both are computed on the data, never on the value: x = d s gives layer_norm(x) =
 /// (d - mean d) / sqrt(var d + eps / s^2), so no input scale can overflow the sum of squares (the
@@ -20,6 +21,8 @@
 #include <scalify/detail/parallel.hpp>
 #include <scalify/error.hpp>
 #include <scalify/numeric/math.hpp>
+#include <scalify/ops/elementwise.hpp>
+#include <scalify/ops/reduce.hpp>
 #include <scalify/ops/result.hpp>
 #include <scalify/scaled_array.hpp>
 #include <scalify/strategy/scaling.hpp>
@@ -29,6 +32,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <optional>
 #include <type_traits>
 #include <vector>
 
@@ -204,6 +208,211 @@ template <class Strategy = default_scaling, class Out = void, class G, class PG,
 [[nodiscard]] auto rms_norm_vjp(const ScaledArray<G, PG>& g, const ScaledArray<T, P>& x, double eps = 1e-6)
 {
     return detail::normalise_last_axis_vjp<ops::rms_norm, false, Strategy, Out>("rms_norm_vjp", g, x, eps);
+}
+
+// ---- layer_norm with gain and bias -----------------------------------------------------------
+
+namespace detail {
+
+/// The scales of layer_norm(x) * gain + bias as the three ops' static rules choose them, and
+/// the factors each op's store applies: what the fused op reproduces, element by element.
+template <class C>
+struct affine_norm_plan {
+    float normalised_scale = 1.0f, product_scale = 1.0f, scale = 1.0f;
+    C normalised_factor = C(1), product_factor = C(1), product_in_sum = C(1), sum_factor = C(1);
+    std::vector<C> bias_in_sum;  ///< each bias datum as the add reads it (0 for a zero scale)
+};
+
+/// A factor applied as one multiplication (make_factor's usual case), or nullopt.
+template <class C>
+[[nodiscard]] std::optional<C> single_factor(double ratio) noexcept
+{
+    const auto factor = make_factor<C>(ratio);
+    if (factor.low != C(1) || factor.zero()) return std::nullopt;
+    return factor.high;
+}
+
+/// The plan for layer_norm(x) * gain + bias under Strategy, or nullopt where the ops are run one
+/// by one: a strategy that needs the amax, gain and bias not 1-D over x's last axis, a
+/// one-element x (its single value enters the rules), a zero scale, a factor below float's
+/// normal range.
+template <class Strategy, class T, class P>
+[[nodiscard]] std::optional<affine_norm_plan<compute_t<T>>> plan_affine_norm(const ScaledArray<T, P>& x, const ScaledArray<T, P>& gain,
+                                                                             const ScaledArray<T, P>& bias, std::size_t length)
+{
+    using C = compute_t<T>;
+    if constexpr (needs_amax_v<Strategy> || !std::same_as<T, C>) {
+        return std::nullopt;
+    } else {
+        if (gain.dimension() != 1 || bias.dimension() != 1 || gain.size() != length || bias.size() != length || x.size() <= 1 ||
+            x.scale() == 0.0f || gain.scale() == 0.0f) {
+            return std::nullopt;
+        }
+        affine_norm_plan<C> plan;
+        scale_request normalised;  // normalise_last_axis's request
+        normalised.natural = 1.0f;
+        normalised.input_scales[0] = x.scale();
+        normalised.axis_length = length;
+        plan.normalised_scale = checked_output_scale<P>(rule_for<ops::layer_norm, Strategy, P>()(normalised), "layer_norm", normalised);
+        scale_request product;  // multiply_by_rule's
+        product.natural = static_cast<float>(double(plan.normalised_scale) * gain.scale());
+        product.input_scales[0] = plan.normalised_scale;
+        product.input_scales[1] = gain.scale();
+        product.input_count = 2;
+        product.single_values[1] = single_magnitude(gain);
+        if (plan.normalised_scale == 0.0f || product.natural == 0.0f) return std::nullopt;
+        plan.product_scale = checked_output_scale<P>(rule_for<ops::mul, Strategy, P>()(product), "mul", product);
+        scale_request sum;  // common_scale_binary_by_rule's
+        sum.natural = std::max(plan.product_scale, bias.scale());
+        sum.input_scales[0] = plan.product_scale;
+        sum.input_scales[1] = bias.scale();
+        sum.input_count = 2;
+        sum.single_values[1] = single_magnitude(bias);
+        if (plan.product_scale == 0.0f || sum.natural == 0.0f) return std::nullopt;
+        plan.scale = checked_output_scale<P>(rule_for<ops::add, Strategy, P>()(sum), "add", sum);
+        if (plan.scale == 0.0f) return std::nullopt;
+        const auto normalised_factor = single_factor<C>(1.0 / double(plan.normalised_scale));
+        const auto product_factor = single_factor<C>(double(product.natural) / double(plan.product_scale));
+        const auto product_in_sum = single_factor<C>(double(plan.product_scale) / double(sum.natural));
+        const auto sum_factor = single_factor<C>(double(sum.natural) / double(plan.scale));
+        const auto bias_factor = make_factor<C>(double(bias.scale()) / double(sum.natural));
+        if (!normalised_factor || !product_factor || !product_in_sum || !sum_factor || bias_factor.low != C(1)) return std::nullopt;
+        plan.normalised_factor = *normalised_factor;
+        plan.product_factor = *product_factor;
+        plan.product_in_sum = *product_in_sum;
+        plan.sum_factor = *sum_factor;
+        plan.bias_in_sum.resize(length);
+        const T* b = bias.data().data();
+        for (std::size_t j = 0; j < length; ++j) plan.bias_in_sum[j] = bias_factor.zero() ? C(0) : load(b[j]) * bias_factor.high;
+        return plan;
+    }
+}
+
+/// layer_norm(x)'s datum i as normalise_last_axis stores it.
+template <bool Centred, class T, class P>
+[[nodiscard, gnu::always_inline]] inline compute_t<T> normalised_datum(const T* d, const lane_statistics<Centred, T, P>& stats,
+                                                                      std::size_t i, std::size_t lane, compute_t<T> factor) noexcept
+{
+    using C = compute_t<T>;
+    return bit_select(stats.zero_scale, C(0), static_cast<C>((double(load(d[i])) - stats.mean[lane]) * stats.inverse_sigma[lane])) *
+           factor;
+}
+
+/// layer_norm(x) * gain + bias in one pass from x's lane statistics: each element as the three
+/// ops compute it (the normalised datum stored, its product with the gain rounded and
+/// rescaled, the bias added at the common scale), stored once.
+template <class T, class P>
+[[nodiscard]] ScaledArray<T, P> affine_normalise(const ScaledArray<T, P>& x, const ScaledArray<T, P>& gain,
+                                                 const lane_statistics<true, T, P>& stats, const affine_norm_plan<compute_t<T>>& plan)
+{
+    using C = compute_t<T>;
+    const std::size_t length = gain.size(), lanes = x.size() / length;
+    xt::xarray<T> data = xt::xarray<T>::from_shape(x.shape());
+    const T* d = x.data().data();
+    const T* g = gain.data().data();
+    const C* b = plan.bias_in_sum.data();
+    T* out = data.data();
+    parallel_lanes(lanes, length, [&](std::size_t first, std::size_t last) {
+        for (std::size_t lane = first; lane < last; ++lane) {
+            const std::size_t base = lane * length;
+            for (std::size_t j = 0; j < length; ++j) {
+                const C normalised = normalised_datum(d, stats, base + j, lane, plan.normalised_factor);
+                const C product = (normalised * load(g[j])) * plan.product_factor;
+                out[base + j] = store<T>(plus_fn{}(product * plan.product_in_sum, b[j]) * plan.sum_factor);
+            }
+        }
+    });
+    ScaledArray<T, P> result(std::move(data), plan.scale);
+    check_output("layer_norm", result);
+    return result;
+}
+
+/// The cotangents of x, gain and bias for y = layer_norm(x) * gain + bias (the fused op) from
+/// y's cotangent g: the bits add_vjp, mul_vjp and layer_norm_vjp give one after the other, in
+/// two passes over g (the bias's sum, then the gain's sum with the normalised cotangent); the
+/// ops one by one where a zero or out-of-range scale takes their special cases.
+template <class Strategy, class T, class P>
+[[nodiscard]] std::tuple<ScaledArray<T, P>, ScaledArray<T, P>, ScaledArray<T, P>> affine_normalise_vjp(
+    const ScaledArray<T, P>& g, const ScaledArray<T, P>& x, const ScaledArray<T, P>& gain, const ScaledArray<T, P>& bias,
+    double eps, const lane_statistics<true, T, P>& stats, const affine_norm_plan<compute_t<T>>& plan)
+{
+    using C = compute_t<T>;
+    // layer_norm(x) * gain: the normalised x is mul's first operand, the gain its second.
+    using to_normalised_tag = ops::vjp<ops::mul, 0>;
+    using to_gain_tag = ops::vjp<ops::mul, 1>;
+    const std::size_t length = gain.size(), lanes = x.size() / length;
+    auto db = unbroadcast<Strategy, ops::vjp<ops::add, 1>>(g, bias.shape());
+    // mul_vjp's requests: the normalised cotangent g * gain, the gain's g * normalised summed.
+    scale_request to_normalised;
+    to_normalised.natural = static_cast<float>(double(g.scale()) * gain.scale());
+    to_normalised.input_scales[0] = g.scale();
+    to_normalised.input_scales[1] = gain.scale();
+    to_normalised.input_count = 2;
+    to_normalised.single_values[1] = single_magnitude(gain);
+    scale_request to_gain;
+    to_gain.natural = static_cast<float>(double(g.scale()) * plan.normalised_scale);
+    to_gain.input_scales[0] = g.scale();
+    to_gain.input_scales[1] = plan.normalised_scale;
+    to_gain.input_count = 2;
+    const float normalised_scale = checked_output_scale<P>(rule_for<to_normalised_tag, Strategy, P>()(to_normalised), "mul_vjp", to_normalised);
+    const float gain_product_scale = checked_output_scale<P>(rule_for<to_gain_tag, Strategy, P>()(to_gain), "mul_vjp", to_gain);
+    const auto normalised_factor = to_normalised.natural == 0.0f || normalised_scale == 0.0f
+                                       ? std::nullopt
+                                       : single_factor<C>(double(to_normalised.natural) / double(normalised_scale));
+    const auto gain_factor = to_gain.natural == 0.0f || gain_product_scale == 0.0f
+                                 ? std::nullopt
+                                 : single_factor<C>(double(to_gain.natural) / double(gain_product_scale));
+    if (!normalised_factor || !gain_factor) {
+        ScaledArray<T, P> normalised = normalise_last_axis<ops::layer_norm, true, Strategy, void>("layer_norm", x, eps, stats);
+        auto [dn, dgain] = mul_vjp<Strategy>(g, normalised, gain);
+        return {normalise_last_axis_vjp<ops::layer_norm, true, Strategy, void>("layer_norm_vjp", dn, x, eps, stats), std::move(dgain),
+                std::move(db)};
+    }
+    // One pass in row order (the order of reduce's sum over leading axes): the normalised
+    // cotangent stored, the gain's products summed.
+    xt::xarray<T> dn_data = xt::xarray<T>::from_shape(x.shape());
+    std::vector<C> gain_sums(length, C(0));
+    const T* gd = g.data().data();
+    const T* d = x.data().data();
+    const T* gn = gain.data().data();
+    T* dn = dn_data.data();
+    C* sums = gain_sums.data();
+    for (std::size_t lane = 0; lane < lanes; ++lane) {
+        const std::size_t base = lane * length;
+        for (std::size_t j = 0; j < length; ++j) {
+            const C gj = load(gd[base + j]);
+            dn[base + j] = store<T>((gj * load(gn[j])) * *normalised_factor);
+            const C product = store<T>((gj * normalised_datum(d, stats, base + j, lane, plan.normalised_factor)) * *gain_factor);
+            sums[j] = sum_fn{}(sums[j], product);
+        }
+    }
+    scale_request summed;  // reduce_by_rule's
+    summed.natural = gain_product_scale;
+    summed.input_scales[0] = gain_product_scale;
+    summed.contraction = std::max<std::size_t>(lanes, 1);
+    auto dgain = finish_by_rule<false, P, T, C>("vjp", gain.shape(), summed, rule_for<to_gain_tag, Strategy, P>(),
+                                                 [sums](std::size_t j) { return sums[j]; });
+    auto dx = normalise_last_axis_vjp<ops::layer_norm, true, Strategy, void>(
+        "layer_norm_vjp", ScaledArray<T, P>(std::move(dn_data), to_normalised.natural == 0.0f ? 0.0f : normalised_scale), x, eps, stats);
+    return {std::move(dx), std::move(dgain), std::move(db)};
+}
+
+}  // namespace detail
+
+/// layer_norm(x) * gain + bias as one op (PyTorch's layer_norm with weight and bias; gain and
+/// bias of shape (N), N the last axis): one pass and one result array instead of three, each
+/// element computed as the three ops compute it, so the same bits and the same scale as the
+/// composition under every static strategy. Where the strategy needs the amax, gain or bias are
+/// not (N), or a scale is 0, it is the composition.
+template <class Strategy = default_scaling, class T, class P>
+[[nodiscard]] ScaledArray<T, P> layer_norm(const ScaledArray<T, P>& x, const ScaledArray<T, P>& gain, const ScaledArray<T, P>& bias,
+                                           double eps = 1e-5)
+{
+    const std::size_t length = detail::normalised_length("layer_norm", x, eps);
+    if (auto plan = detail::plan_affine_norm<Strategy>(x, gain, bias, length)) {
+        return detail::affine_normalise(x, gain, detail::lane_statistics<true, T, P>(x, length, eps), *plan);
+    }
+    return add<Strategy>(mul<Strategy>(layer_norm<Strategy>(x, eps), gain), bias);
 }
 
 }  // namespace scalify
