@@ -306,26 +306,50 @@ template <class Strategy = default_scaling, class T, class P>
     for (std::size_t d = axis + 1; d < shape.size(); ++d) inner *= shape[d];
 
     using C = compute_t<T>;
-    std::vector<C> raw(detail::element_count(shape));
-    std::size_t offset = 0;  // along axis, in elements of one outer slab
-    const std::size_t slab = shape[axis] * inner;
-    for (const auto& part : parts) {
-        const std::size_t block = part.shape()[axis] * inner;
-        const auto k = detail::make_factor<C>(natural == 0.0f ? 0.0 : double(part.scale()) / natural);
-        const T* in = part.data().data();
-        for (std::size_t o = 0; o < outer; ++o) {
-            for (std::size_t j = 0; j < block; ++j) raw[o * slab + offset + j] = detail::scaled_load(in[o * block + j], k);
-        }
-        offset += block;
-    }
     scale_request request;
     request.natural = natural;
     // The parts as one input: the RMS of their scales over the elements (unit data in every part
     // give a result of that RMS value).
     const std::size_t total = detail::element_count(shape);
     request.input_scales[0] = total == 0 ? natural : static_cast<float>(std::sqrt(sum_squared_scales / double(total)));
-    return detail::finish<ops::concatenate, Strategy, P, T, C>("concatenate", shape, request,
-                                                              [&raw](std::size_t i) { return raw[i]; });
+    // Each part's element rescaled into the common scale (rounded), then stored as finish stores
+    // it; `place(part, raw element, out)` writes one part's block of every outer slab.
+    const auto join = [&](auto place) {
+        std::size_t offset = 0;  // along axis, in elements of one outer slab
+        const std::size_t slab = shape[axis] * inner;
+        for (const auto& part : parts) {
+            const std::size_t block = part.shape()[axis] * inner;
+            const auto k = detail::make_factor<C>(natural == 0.0f ? 0.0 : double(part.scale()) / natural);
+            const T* in = part.data().data();
+            for (std::size_t o = 0; o < outer; ++o) place(in + o * block, block, k, o * slab + offset);
+            offset += block;
+        }
+    };
+    if constexpr (!detail::needs_amax_v<Strategy>) {
+        // A static scale: stored straight from the parts, no buffer of raw values.
+        const float scale = detail::checked_output_scale<P>(detail::rule_for<ops::concatenate, Strategy, P>()(request), "concatenate",
+                                                            request);
+        xt::xarray<T> data = xt::xarray<T>::from_shape(shape);
+        T* out = data.data();
+        if (scale == 0.0f || natural == 0.0f) {
+            std::fill_n(out, total, detail::store<T>(C(0)));
+        } else {
+            const auto factor = detail::make_factor<C>(static_cast<double>(natural) / static_cast<double>(scale));
+            join([&](const T* in, std::size_t block, detail::scale_factor<C> k, std::size_t at) {
+                for (std::size_t j = 0; j < block; ++j) out[at + j] = detail::store<T>(factor.apply(detail::scaled_load(in[j], k)));
+            });
+        }
+        ScaledArray<T, P> result(std::move(data), natural == 0.0f ? 0.0f : scale);
+        detail::check_output("concatenate", result);
+        return result;
+    } else {
+        std::vector<C> raw(total);
+        join([&](const T* in, std::size_t block, detail::scale_factor<C> k, std::size_t at) {
+            for (std::size_t j = 0; j < block; ++j) raw[at + j] = detail::scaled_load(in[j], k);
+        });
+        return detail::finish<ops::concatenate, Strategy, P, T, C>("concatenate", shape, request,
+                                                                  [&raw](std::size_t i) { return raw[i]; });
+    }
 }
 
 /// concatenate({a, b, c}, axis).
