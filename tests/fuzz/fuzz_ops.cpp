@@ -188,6 +188,47 @@ void exercise(reader& in)
                 fail("linear's scale is add(matmul)'s, and it throws where the composition does");
             }
         }
+        // layer_norm with a gain and a bias over a's last axis (b's first elements, a's last
+        // ones): the composition's bits and scale, and where either form throws, both do.
+        if (a.dimension() >= 1 && b.size() >= a.shape()[a.dimension() - 1] && a.size() >= a.shape()[a.dimension() - 1]) {
+            const std::size_t n = a.shape()[a.dimension() - 1];
+            xt::xarray<T> gain_data = xt::xarray<T>::from_shape({n}), bias_data = xt::xarray<T>::from_shape({n});
+            std::copy_n(b.data().data(), n, gain_data.data());
+            std::copy_n(a.data().data() + (a.size() - n), n, bias_data.data());
+            const ScaledArray<T, P> gain(std::move(gain_data), b.scale()), bias(std::move(bias_data), fuzz_scale(in));
+            std::optional<ScaledArray<T, P>> fused, composed;
+            guarded([&] { fused = layer_norm<unit_scaling>(a, gain, bias); });
+            guarded([&] { composed = add<unit_scaling>(mul<unit_scaling>(layer_norm<unit_scaling>(a), gain), bias); });
+            // The same bits, a NaN matching any NaN (its sign is the compiler's operand order's).
+            const auto same = [](const ScaledArray<T, P>& x, const ScaledArray<T, P>& y) {
+                if (x.scale() != y.scale() || x.shape() != y.shape()) return false;
+                for (std::size_t i = 0; i < x.size(); ++i) {
+                    const T& u = x.data().data()[i];
+                    const T& v = y.data().data()[i];
+                    if (std::memcmp(&u, &v, sizeof(T)) != 0 &&
+                        !(std::isnan(static_cast<double>(detail::load(u))) && std::isnan(static_cast<double>(detail::load(v))))) {
+                        return false;
+                    }
+                }
+                return true;
+            };
+            if (fused.has_value() != composed.has_value() || (fused && !same(*fused, *composed))) {
+                fail("layer_norm(a, gain, bias) gives the composition's bits and scale, and throws where it does");
+            }
+            if (fused) check_result(*fused);
+        }
+        // split: the slices, in order, making up a
+        guarded([&] {
+            const std::size_t axis = in.byte() % 3, sections = 1 + in.byte() % 3;
+            const auto parts = split(a, sections, axis);
+            std::size_t elements = 0;
+            for (const auto& part : parts) {
+                check_result(part);
+                if (part.scale() != a.scale()) fail("split keeps the scale");
+                elements += part.size();
+            }
+            if (elements != a.size() || parts.size() != sections) fail("split's parts make up the array");
+        });
         guarded([&] { check_result(add<unit_scaling>(a, b)); });
         // An expiring operand (either side, any broadcast) gives the bits of the copying form.
         guarded([&] {
