@@ -50,6 +50,14 @@ concept var_operands = (is_var_v<X> || is_var_v<Y>) && (is_var_v<X> || is_scaled
 template <class X, class Y>
 using strategy_of_t = typename std::conditional_t<is_var_v<X>, X, Y>::strategy;
 
+/// Operands of a differentiable three-input op (linear, layer_norm with gain and bias): at least
+/// one var, each a var or a ScaledArray; the strategy is the first var's.
+template <class X, class Y, class Z>
+concept var_operands3 = (is_var_v<X> || is_var_v<Y> || is_var_v<Z>) && (is_var_v<X> || is_scaled_array_v<X>) &&
+                        (is_var_v<Y> || is_scaled_array_v<Y>) && (is_var_v<Z> || is_scaled_array_v<Z>);
+template <class X, class Y, class Z>
+using strategy_of3_t = typename std::conditional_t<is_var_v<X>, X, std::conditional_t<is_var_v<Y>, Y, Z>>::strategy;
+
 /// x as a var of Strategy S: itself (moved when it expires), or a constant made from a ScaledArray.
 template <class S, class X>
 [[nodiscard]] auto lift(X&& x)
@@ -846,12 +854,10 @@ template <class X, class Y>
 /// gradient is the cotangent summed over the rows, as add's. Where the bias cannot enter the GEMM
 /// (scalify::linear's list) it is matmul(x, w) + b, recorded as those two ops.
 template <class X, class W, class Bias>
-    requires(detail::var_operands<X, W> || detail::var_operands<X, Bias> || detail::var_operands<W, Bias>) &&
-            (detail::is_var_v<X> || detail::is_scaled_array_v<X>) && (detail::is_var_v<W> || detail::is_scaled_array_v<W>) &&
-            (detail::is_var_v<Bias> || detail::is_scaled_array_v<Bias>)
+    requires detail::var_operands3<X, W, Bias>
 [[nodiscard]] auto linear(const X& x, const W& w, const Bias& bias)
 {
-    using S = typename std::conditional_t<detail::is_var_v<X>, X, std::conditional_t<detail::is_var_v<W>, W, Bias>>::strategy;
+    using S = detail::strategy_of3_t<X, W, Bias>;
     const auto a = detail::lift<S>(x);
     const auto b = detail::lift<S>(w);
     const auto c = detail::lift<S>(bias);
@@ -923,12 +929,10 @@ template <class Op, bool Centred, class T, class P, class S>
 /// scales of the three ops recorded one by one, in fewer passes and one node. Where
 /// scalify::layer_norm(x, gain, bias) runs the composition, so does this (three nodes).
 template <class X, class Gain, class Bias>
-    requires(detail::var_operands<X, Gain> || detail::var_operands<X, Bias> || detail::var_operands<Gain, Bias>) &&
-            (detail::is_var_v<X> || detail::is_scaled_array_v<X>) && (detail::is_var_v<Gain> || detail::is_scaled_array_v<Gain>) &&
-            (detail::is_var_v<Bias> || detail::is_scaled_array_v<Bias>)
+    requires detail::var_operands3<X, Gain, Bias>
 [[nodiscard]] auto layer_norm(const X& x, const Gain& gain, const Bias& bias, double eps = 1e-5)
 {
-    using S = typename std::conditional_t<detail::is_var_v<X>, X, std::conditional_t<detail::is_var_v<Gain>, Gain, Bias>>::strategy;
+    using S = detail::strategy_of3_t<X, Gain, Bias>;
     const auto a = detail::lift<S>(x);
     const auto g = detail::lift<S>(gain);
     const auto c = detail::lift<S>(bias);

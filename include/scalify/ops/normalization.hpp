@@ -32,6 +32,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <limits>
 #include <optional>
 #include <type_traits>
 #include <vector>
@@ -232,6 +233,20 @@ template <class C>
     return factor.high;
 }
 
+/// The request binary_by_rule makes of two inputs: `natural`, their scales, and the single value
+/// of the second where it has one element (the first has many in every use here).
+[[nodiscard]] inline scale_request two_input_request(float natural, float first_scale, float second_scale,
+                                                     float second_single = std::numeric_limits<float>::quiet_NaN()) noexcept
+{
+    scale_request request;
+    request.natural = natural;
+    request.input_scales[0] = first_scale;
+    request.input_scales[1] = second_scale;
+    request.input_count = 2;
+    request.single_values[1] = second_single;
+    return request;
+}
+
 /// The plan for layer_norm(x) * gain + bias under Strategy, or nullopt where the ops are run one
 /// by one: a strategy that needs the amax, gain and bias not 1-D over x's last axis, a
 /// one-element x (its single value enters the rules), a zero scale, a factor below float's
@@ -254,20 +269,12 @@ template <class Strategy, class T, class P>
         normalised.input_scales[0] = x.scale();
         normalised.axis_length = length;
         plan.normalised_scale = checked_output_scale<P>(rule_for<ops::layer_norm, Strategy, P>()(normalised), "layer_norm", normalised);
-        scale_request product;  // multiply_by_rule's
-        product.natural = static_cast<float>(double(plan.normalised_scale) * gain.scale());
-        product.input_scales[0] = plan.normalised_scale;
-        product.input_scales[1] = gain.scale();
-        product.input_count = 2;
-        product.single_values[1] = single_magnitude(gain);
+        const scale_request product = two_input_request(static_cast<float>(double(plan.normalised_scale) * gain.scale()),
+                                                        plan.normalised_scale, gain.scale(), single_magnitude(gain));
         if (plan.normalised_scale == 0.0f || product.natural == 0.0f) return std::nullopt;
         plan.product_scale = checked_output_scale<P>(rule_for<ops::mul, Strategy, P>()(product), "mul", product);
-        scale_request sum;  // common_scale_binary_by_rule's
-        sum.natural = std::max(plan.product_scale, bias.scale());
-        sum.input_scales[0] = plan.product_scale;
-        sum.input_scales[1] = bias.scale();
-        sum.input_count = 2;
-        sum.single_values[1] = single_magnitude(bias);
+        const scale_request sum = two_input_request(std::max(plan.product_scale, bias.scale()), plan.product_scale, bias.scale(),
+                                                    single_magnitude(bias));
         if (plan.product_scale == 0.0f || sum.natural == 0.0f) return std::nullopt;
         plan.scale = checked_output_scale<P>(rule_for<ops::add, Strategy, P>()(sum), "add", sum);
         if (plan.scale == 0.0f) return std::nullopt;
@@ -343,17 +350,10 @@ template <class Strategy, class T, class P>
     const std::size_t length = gain.size(), lanes = x.size() / length;
     auto db = unbroadcast<Strategy, ops::vjp<ops::add, 1>>(g, bias.shape());
     // mul_vjp's requests: the normalised cotangent g * gain, the gain's g * normalised summed.
-    scale_request to_normalised;
-    to_normalised.natural = static_cast<float>(double(g.scale()) * gain.scale());
-    to_normalised.input_scales[0] = g.scale();
-    to_normalised.input_scales[1] = gain.scale();
-    to_normalised.input_count = 2;
-    to_normalised.single_values[1] = single_magnitude(gain);
-    scale_request to_gain;
-    to_gain.natural = static_cast<float>(double(g.scale()) * plan.normalised_scale);
-    to_gain.input_scales[0] = g.scale();
-    to_gain.input_scales[1] = plan.normalised_scale;
-    to_gain.input_count = 2;
+    const scale_request to_normalised =
+        two_input_request(static_cast<float>(double(g.scale()) * gain.scale()), g.scale(), gain.scale(), single_magnitude(gain));
+    const scale_request to_gain =
+        two_input_request(static_cast<float>(double(g.scale()) * plan.normalised_scale), g.scale(), plan.normalised_scale);
     const float normalised_scale = checked_output_scale<P>(rule_for<to_normalised_tag, Strategy, P>()(to_normalised), "mul_vjp", to_normalised);
     const float gain_product_scale = checked_output_scale<P>(rule_for<to_gain_tag, Strategy, P>()(to_gain), "mul_vjp", to_gain);
     const auto normalised_factor = to_normalised.natural == 0.0f || normalised_scale == 0.0f
