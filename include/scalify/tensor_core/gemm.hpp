@@ -39,6 +39,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <ranges>
 #include <span>
 #include <type_traits>
@@ -274,6 +275,19 @@ struct lane_plan {
         K * ((std::uint64_t{1} << (F + 2)) - 1) + (std::uint64_t{1} << (F + 1)) <= std::uint64_t{INT32_MAX};
     /// The accumulator aligned: int32 (below 2^(F + 1)) or, with double_terms, a whole double.
     using c_term = std::conditional_t<double_terms, double, std::int32_t>;
+    /// Where the joined int32 sum needs more than a float's 24 bits, cut toward zero to P <= 24
+    /// bits from its float conversion (nearest, then a step toward zero where that went away from
+    /// zero) rather than through double: the sum must stay clear of 2^31 - 128, which would round
+    /// to 2^31, past int32.
+    static constexpr bool float_normalisation =
+        join_in_int32 && std::same_as<wide, double> && P <= 24 &&
+        Instruction::rules::normalisation == rounding_mode::toward_zero &&
+        K * ((std::uint64_t{1} << (F + 2)) - 1) + (std::uint64_t{1} << (F + 1)) < (std::uint64_t{1} << 31) - 128;
+    /// Clears the float bits below the P-th significant bit.
+    static constexpr std::uint32_t float_result_mask = ~((std::uint32_t{1} << (24 - std::min(P, 24))) - 1);
+    /// Rows of A whose chains run side by side (lane_steps). Two were fastest for every K (4 to
+    /// 32) on an AVX-512 Xeon: one leaves K = 4 and 8 waiting on each step's result, four spill.
+    static constexpr std::size_t rows = 2;
 };
 
 /// Whether Instruction's chains over TA x TB run in lanes (lane_plan) and compute exactly what
@@ -388,6 +402,33 @@ template <EncodedFloat T, class Stored>
     else return decode_lane_value<T>(x);
 }
 
+/// The 16-bit formats whose value the lanes build from the bits, branch-free.
+template <class T>
+inline constexpr bool lane_float_bits = std::same_as<T, Eigen::half> || std::same_as<T, Eigen::bfloat16>;
+
+/// x's value as a float: a float itself, or an f16 or bf16 from its bits (f16 subnormals as
+/// mantissa * 2^-24, exact; non-finite codes to inf or a NaN, as Eigen's conversion gives them).
+/// Masks rather than selects, and the bits read by memcpy: the forms GCC vectorises.
+template <class Stored>
+[[nodiscard]] inline float lane_float_of(const Stored& x) noexcept
+{
+    if constexpr (lane_float_bits<Stored>) {
+        std::uint16_t code;
+        std::memcpy(&code, &x, sizeof code);
+        if constexpr (std::same_as<Stored, Eigen::bfloat16>) return std::bit_cast<float>(std::uint32_t{code} << 16);
+        const std::uint32_t h = code;
+        const std::uint32_t field = (h >> 10) & 0x1fu, mantissa = h & 0x3ffu, sign = (h & 0x8000u) << 16;
+        const std::uint32_t normal = (field + 112u + static_cast<std::uint32_t>(field == 0x1f) * 112u) << 23 | mantissa << 13;
+        // A subnormal: the mantissa as a float (exact) times 2^-24.
+        const std::uint32_t subnormal =
+            std::bit_cast<std::uint32_t>(static_cast<float>(static_cast<std::int32_t>(mantissa)) * 0x1p-24f);
+        const std::uint32_t is_subnormal = -static_cast<std::uint32_t>(field == 0);
+        return std::bit_cast<float>(sign | (subnormal & is_subnormal) | (normal & ~is_subnormal));
+    } else {
+        return x;
+    }
+}
+
 template <EncodedFloat T, bool TrackRange, class Stored = T>
 lane_run read_lane_operands(const void* data, std::size_t first, std::size_t count, float* value,
                             std::int16_t* exponent, unsigned char* special) noexcept
@@ -396,7 +437,7 @@ lane_run read_lane_operands(const void* data, std::size_t first, std::size_t cou
     // Branch-free over the run; the flags of non-finite operands, rare, in a second pass.
     bool any_special = false;
     int low = lane_run{}.min_exponent, high = lane_run{}.max_exponent;
-    if constexpr (std::same_as<Stored, T>) {
+    if constexpr (std::same_as<Stored, T> && !lane_float_bits<T>) {
         for (std::size_t i = 0; i < count; ++i) {
             const lane_operand o = lane_decode(x[i]);
             value[i] = o.value;
@@ -410,16 +451,18 @@ lane_run read_lane_operands(const void* data, std::size_t first, std::size_t cou
         }
     } else {
         // decode_lane_value spelled out on the float's bits, in the form the compiler vectorises
-        // (a recipe's operands are float32 on T's grid: 4 bytes per element to read).
+        // (a recipe's operands are float32 on T's grid: 4 bytes per element to read; f16 and bf16
+        // reach it through their float's bits, as Eigen's conversion does not vectorise).
         constexpr int smallest = min_exponent<format_of<T>>;
         unsigned specials = 0;
         for (std::size_t i = 0; i < count; ++i) {
-            const auto bits = std::bit_cast<std::uint32_t>(x[i]);
+            const float v = lane_float_of(x[i]);
+            const auto bits = std::bit_cast<std::uint32_t>(v);
             const int field = static_cast<int>((bits >> 23) & 0xffu);
             const bool non_finite = field == 0xff;
             const bool zero = (bits & 0x7fffffffu) == 0;
             const int e = std::max(field - 127, smallest);
-            value[i] = non_finite ? 0.0f : x[i];
+            value[i] = std::bit_cast<float>(bits & (non_finite ? 0u : ~0u));
             exponent[i] = static_cast<std::int16_t>(non_finite || zero ? int(lane_zero_exponent) : e);
             specials |= non_finite ? 1u : 0u;
             if constexpr (TrackRange) {
@@ -526,33 +569,172 @@ struct uncut_terms {
     int exponent_ceiling = 0;
 };
 
-/// The steps of lane_chain. With double_terms and `uncut` given, a step where no term can lose a
-/// bit to the cut (every product's last place and the accumulator's at or above 2^(emax - F), by
-/// the data's bounds and each lane's accumulator) sums its products and the accumulator exactly
-/// in double lanes, multiply-adds of exact products: the exact sum, rounded as the normalisation
-/// says; any other step runs the aligned terms.
-template <GemmModel Model>
-void lane_steps(const float* a_val, const std::int16_t* a_exp, const float* b_val, const std::int16_t* b_exp,
-                std::size_t k, float* out, std::size_t columns, const uncut_terms& uncut)
+/// The steps of lane_chain for `rows` rows of A (1 to Rows; a_val and a_exp hold them k apart)
+/// against one block of B, out row r at out + r * out_stride. Each step of a chain waits for the
+/// one before (its emax needs the accumulator), and with short instructions (K = 4) that latency,
+/// not the work, bounds a single chain: Rows chains side by side (lane_plan::rows, by K) keep the
+/// vector units busy. Rows past `rows` repeat the last one and are not stored.
+/// With double_terms and `uncut` given, a step where no term can lose a bit to the cut (every
+/// product's last place and the accumulator's at or above 2^(emax - F), by the data's bounds and
+/// each lane's accumulator) sums its products and the accumulator exactly in double lanes,
+/// multiply-adds of exact products: the exact sum, rounded as the normalisation says; any other
+/// step runs the aligned terms.
+template <GemmModel Model, std::size_t Rows>
+void lane_steps(const float* a_val, const std::int16_t* a_exp, std::size_t rows, const float* b_val,
+                const std::int16_t* b_exp, std::size_t k, float* out, std::size_t out_stride, std::size_t columns,
+                const uncut_terms& uncut)
 {
     using Plan = lane_plan<typename Model::instruction>;
     using wide = typename Plan::wide;
     using wide_bits = typename Plan::wide_bits;
     constexpr std::size_t W = lane_width;
-    constexpr std::size_t step = Model::instruction::k;
+    constexpr std::size_t R = Rows;
+    constexpr std::size_t K = Model::instruction::k;
     constexpr std::size_t interval = Model::promotion_interval;
     constexpr int F = Plan::F;
 
-    alignas(64) std::array<float, W> c{}, total{}, scale{}, unscale{};
-    alignas(64) std::array<typename Plan::lane_sum, W> sum{};
-    alignas(64) std::array<typename Plan::c_term, W> c_aligned{};
-    alignas(64) std::array<std::int32_t, W> e_max{};
-    alignas(64) std::array<std::int16_t, W> emax{};
+    std::array<const float*, R> av{};
+    std::array<const std::int16_t*, R> ae{};
+    for (std::size_t r = 0; r < R; ++r) {
+        const std::size_t row = std::min(r, rows - 1);
+        av[r] = a_val + row * k;
+        ae[r] = a_exp + row * k;
+    }
+    alignas(64) float c[R][W] = {}, total[R][W] = {};
+
+    // One instruction of K products for every lane and row: one loop over the lanes, the rows and
+    // products unrolled in it (the form the compiler vectorises, int16 exponents and int32 and
+    // float values in the same lanes), each row's chain independent of the others.
+    const auto cut_step = [&](const std::array<const float*, R>& a, const std::array<const std::int16_t*, R>& ea,
+                              const float* b, const std::int16_t* eb) {
+        for (std::size_t j = 0; j < W; ++j) {
+#pragma GCC unroll 16
+            for (std::size_t r = 0; r < R; ++r) {
+                // The accumulator: zero or a normal float (gemm_lanes runs only data in range); a
+                // zero reads as -127, below every nonzero product's exponent (F - 126 or more), so
+                // that it takes no part, as lane_zero_exponent would.
+                const float cr = c[r][j];
+                const auto c_bits = std::bit_cast<std::uint32_t>(cr);
+                auto emax = static_cast<std::int16_t>(static_cast<std::int32_t>((c_bits >> 23) & 0xffu) - 127);
+#pragma GCC unroll 64
+                for (std::size_t q = 0; q < K; ++q)
+                    emax = std::max(emax, static_cast<std::int16_t>(ea[r][q] + eb[q * W + j]));
+                // Units of 2^(emax - F). Every product's exponent is at least F - 126: below it
+                // (every product zero, the accumulator zero or tiny) the floor keeps the scales
+                // normal, and the result is set apart in the normalisation.
+                const std::int32_t e_max = emax;
+                const auto e_bits = static_cast<std::uint32_t>(std::max(e_max, F - 126)) << 23;
+                const float scale = std::bit_cast<float>((std::uint32_t{127 + F} << 23) - e_bits);
+                const float unscale = std::bit_cast<float>((std::uint32_t{127 - F} << 23) + e_bits);
+                // Terms, exact as lane_fit says; the accumulator aligned the same way.
+                typename Plan::lane_sum sum;
+                typename Plan::c_term c_aligned;
+                if constexpr (Plan::double_terms) {
+                    // trunc in float is the cut toward zero (the product times the power of two is
+                    // exact wherever it is 1 or more); the whole numbers sum exactly in double.
+                    const float xc = cr * scale;
+                    const std::int32_t hc = Plan::split_high(xc);
+                    c_aligned = static_cast<double>(hc) * Plan::split_unit + static_cast<double>(Plan::split_low(xc, hc));
+#if defined(__AVX512DQ__)
+                    // A float-to-int64 conversion in vector lanes (vcvttps2qq): each term whole, int64 sums.
+                    std::int64_t whole = 0;
+#pragma GCC unroll 64
+                    for (std::size_t q = 0; q < K; ++q) whole += static_cast<std::int64_t>(a[r][q] * b[q * W + j] * scale);
+                    sum = static_cast<double>(whole);
+#else
+                    // Elsewhere (SSE2, AVX2, NEON: no vector float-to-int64 conversion) in two int32 parts.
+                    std::int32_t high = 0, low = 0;
+#pragma GCC unroll 64
+                    for (std::size_t q = 0; q < K; ++q) {
+                        const float x = a[r][q] * b[q * W + j] * scale;
+                        const std::int32_t h = Plan::split_high(x);
+                        high += h;
+                        low += Plan::split_low(x, h);
+                    }
+                    sum = static_cast<double>(high) * Plan::split_unit + static_cast<double>(low);
+#endif
+                } else {
+                    c_aligned = static_cast<std::int32_t>(cr * scale);
+                    if constexpr (Plan::sum_in_int32) {
+                        sum = 0;
+#pragma GCC unroll 64
+                        for (std::size_t q = 0; q < K; ++q) sum += static_cast<std::int32_t>(a[r][q] * b[q * W + j] * scale);
+                    } else {
+                        // Runs of int32_run terms in int32 lanes, their sums in int64 lanes.
+                        sum = 0;
+                        constexpr std::size_t run_length = std::min(Plan::int32_run, K);
+#pragma GCC unroll 64
+                        for (std::size_t q0 = 0; q0 < K; q0 += run_length) {
+                            std::int32_t run = 0;
+#pragma GCC unroll 64
+                            for (std::size_t q = q0; q < q0 + run_length; ++q)
+                                if (q < K) run += static_cast<std::int32_t>(a[r][q] * b[q * W + j] * scale);
+                            sum += run;
+                        }
+                    }
+                }
+                // Normalise: the exact sum cut toward zero to P bits, which a float holds, then
+                // scaled by 2^(emax - F) (exact). Below the floor the result is the accumulator cut
+                // to min(P, F + 1) bits.
+                std::uint32_t normalised;
+                if constexpr (Plan::float_normalisation) {
+                    // The int32 sum to float rounds to nearest; where that went away from zero
+                    // (back in int32, exact, it lies beyond the sum) the float next to it toward
+                    // zero is the cut to 24 bits: cheaper than the trip through double.
+                    const std::int32_t exact = sum + c_aligned;
+                    const float nearest = static_cast<float>(exact);
+                    const auto back = static_cast<std::int32_t>(nearest);
+                    const auto away = static_cast<std::uint32_t>(std::abs(back) > std::abs(exact));
+                    const auto cut = (std::bit_cast<std::uint32_t>(nearest) - away) & Plan::float_result_mask;
+                    normalised = std::bit_cast<std::uint32_t>(std::bit_cast<float>(cut) * unscale);
+                } else {
+                    // The exact sum converts exactly to `wide`; masking its significand cuts it.
+                    wide exact;
+                    if constexpr (Plan::join_in_int32) exact = static_cast<wide>(sum + c_aligned);
+                    else exact = static_cast<wide>(sum) + static_cast<wide>(c_aligned);
+                    auto exact_bits = std::bit_cast<wide_bits>(exact);
+                    if constexpr (Model::instruction::rules::normalisation == rounding_mode::nearest_even) {
+                        // Round to P bits, ties to even: add half a unit less one, plus the last kept
+                        // bit; a carry runs into the exponent field as it should (the sign bit stays
+                        // clear of it).
+                        constexpr int dropped = Plan::wide_mantissa + 1 - Plan::P;
+                        exact_bits += ((wide_bits{1} << (dropped - 1)) - 1) + ((exact_bits >> dropped) & 1u);
+                    }
+                    const wide cut = std::bit_cast<wide>(static_cast<wide_bits>(exact_bits & Plan::result_mask));
+                    normalised = std::bit_cast<std::uint32_t>(static_cast<float>(cut) * unscale);
+                }
+                // A blend of bits: a select of floats would be a branch under -ftrapping-math.
+                const auto alone = c_bits & Plan::accumulator_mask;
+                const auto below = static_cast<std::uint32_t>(-static_cast<std::int32_t>(e_max < F - 126));
+                c[r][j] = std::bit_cast<float>((alone & below) | (normalised & ~below));
+            }
+        }
+    };
+
+    // A short last instruction: its products padded with zeros, which take no part (exponent
+    // lane_zero_exponent, term 0).
+    const auto padded_step = [&](std::size_t s, std::size_t count) {
+        alignas(64) float b_tail[K * W] = {};
+        alignas(64) std::int16_t eb_tail[K * W];
+        std::fill_n(eb_tail, K * W, lane_zero_exponent);
+        std::copy_n(b_val + s * W, count * W, b_tail);
+        std::copy_n(b_exp + s * W, count * W, eb_tail);
+        float a_tail[R][K] = {};
+        std::int16_t ea_tail[R][K];
+        std::array<const float*, R> a;
+        std::array<const std::int16_t*, R> ea;
+        for (std::size_t r = 0; r < R; ++r) {
+            std::fill_n(ea_tail[r], K, lane_zero_exponent);
+            std::copy_n(av[r] + s, count, a_tail[r]);
+            std::copy_n(ae[r] + s, count, ea_tail[r]);
+            a[r] = a_tail[r];
+            ea[r] = ea_tail[r];
+        }
+        cut_step(a, ea, b_tail, eb_tail);
+    };
+
     std::size_t in_group = 0;
-    // One instruction over products [s, s + count): count is a constant for the full ones, so
-    // that the loops over their K products unroll (K = 4 and 8: a third of the time was loop
-    // control), and a run-time count for a short last one.
-    const auto instruction = [&](const std::size_t s, const auto count) {
+    const auto instruction = [&](const std::size_t s, const std::size_t count) {
         const std::size_t end = s + count;
         bool uncut_step = false;
         if constexpr (Plan::double_terms) {
@@ -562,13 +744,14 @@ void lane_steps(const float* a_val, const std::int16_t* a_exp, const float* b_va
                 std::uint32_t cut = 0;
                 const std::int32_t c_least = uncut.exponent_ceiling - F + 23, c_most = uncut.lsb_floor + F;
                 const bool ceiling_cut = uncut.exponent_ceiling > c_most;
-                for (std::size_t j = 0; j < W; ++j) {
-                    // On the bits (a float compare would not vectorise under -ftrapping-math).
-                    const auto c_bits = std::bit_cast<std::uint32_t>(c[j]);
-                    const auto e_c = static_cast<std::int32_t>((c_bits >> 23) & 0xffu) - 127;
-                    const bool nonzero = (c_bits & 0x7fffffffu) != 0;
-                    cut |= nonzero && (e_c < c_least || e_c > c_most) ? 1u : 0u;
-                }
+                for (std::size_t r = 0; r < R; ++r)
+                    for (std::size_t j = 0; j < W; ++j) {
+                        // On the bits (a float compare would not vectorise under -ftrapping-math).
+                        const auto c_bits = std::bit_cast<std::uint32_t>(c[r][j]);
+                        const auto e_c = static_cast<std::int32_t>((c_bits >> 23) & 0xffu) - 127;
+                        const bool nonzero = (c_bits & 0x7fffffffu) != 0;
+                        cut |= nonzero && (e_c < c_least || e_c > c_most) ? 1u : 0u;
+                    }
                 cut |= ceiling_cut ? 1u : 0u;
                 uncut_step = cut == 0;
             }
@@ -576,171 +759,78 @@ void lane_steps(const float* a_val, const std::int16_t* a_exp, const float* b_va
                 // Each product is exact in double (fp8: at most 8 bits), and so is every partial
                 // sum: all multiples of 2^(emax - F), below 2^(emax + 8) (F + 8 <= 48 bits). Two
                 // sums (even and odd k) so that twice as many multiply-adds are in flight.
-                alignas(64) std::array<double, W> exact{}, odd{};
-                for (std::size_t j = 0; j < W; ++j) {
-                    exact[j] = static_cast<double>(c[j]);
-                    odd[j] = 0.0;
-                }
-                std::size_t kk = s;
-                for (; kk + 1 < end; kk += 2) {
-                    const double va = a_val[kk], vo = a_val[kk + 1];
-                    const double* vb = uncut.b_wide + kk * W;
+                for (std::size_t r = 0; r < R; ++r) {
+                    alignas(64) std::array<double, W> exact{}, odd{};
                     for (std::size_t j = 0; j < W; ++j) {
+                        exact[j] = static_cast<double>(c[r][j]);
+                        odd[j] = 0.0;
+                    }
+                    std::size_t kk = s;
+                    for (; kk + 1 < end; kk += 2) {
+                        const double va = av[r][kk], vo = av[r][kk + 1];
+                        const double* vb = uncut.b_wide + kk * W;
+                        for (std::size_t j = 0; j < W; ++j) {
 #if defined(__FMA__) || defined(__aarch64__)
-                        exact[j] = std::fma(va, vb[j], exact[j]);
-                        odd[j] = std::fma(vo, vb[W + j], odd[j]);
+                            exact[j] = std::fma(va, vb[j], exact[j]);
+                            odd[j] = std::fma(vo, vb[W + j], odd[j]);
 #else
-                        exact[j] += va * vb[j];
-                        odd[j] += vo * vb[W + j];
+                            exact[j] += va * vb[j];
+                            odd[j] += vo * vb[W + j];
 #endif
+                        }
                     }
-                }
-                if (kk < end) {
-                    const double va = a_val[kk];
-                    const double* vb = uncut.b_wide + kk * W;
-                    for (std::size_t j = 0; j < W; ++j) exact[j] += va * vb[j];
-                }
-                for (std::size_t j = 0; j < W; ++j) {
-                    auto exact_bits = std::bit_cast<std::uint64_t>(exact[j] + odd[j]);
-                    // An exact zero is +0 (whatever the rounding mode gave its sign).
-                    exact_bits &= std::uint64_t{0} - static_cast<std::uint64_t>((exact_bits << 1) != 0);
-                    if constexpr (Model::instruction::rules::normalisation == rounding_mode::nearest_even) {
-                        constexpr int dropped = 52 + 1 - Plan::P;
-                        exact_bits += ((std::uint64_t{1} << (dropped - 1)) - 1) + ((exact_bits >> dropped) & 1u);
+                    if (kk < end) {
+                        const double va = av[r][kk];
+                        const double* vb = uncut.b_wide + kk * W;
+                        for (std::size_t j = 0; j < W; ++j) exact[j] += va * vb[j];
                     }
-                    exact_bits &= ~((std::uint64_t{1} << (52 + 1 - Plan::P)) - 1);
-                    c[j] = static_cast<float>(std::bit_cast<double>(exact_bits));  // P <= 24 bits: exact
+                    for (std::size_t j = 0; j < W; ++j) {
+                        auto exact_bits = std::bit_cast<std::uint64_t>(exact[j] + odd[j]);
+                        // An exact zero is +0 (whatever the rounding mode gave its sign).
+                        exact_bits &= std::uint64_t{0} - static_cast<std::uint64_t>((exact_bits << 1) != 0);
+                        if constexpr (Model::instruction::rules::normalisation == rounding_mode::nearest_even) {
+                            constexpr int dropped = 52 + 1 - Plan::P;
+                            exact_bits += ((std::uint64_t{1} << (dropped - 1)) - 1) + ((exact_bits >> dropped) & 1u);
+                        }
+                        exact_bits &= ~((std::uint64_t{1} << (52 + 1 - Plan::P)) - 1);
+                        c[r][j] = static_cast<float>(std::bit_cast<double>(exact_bits));  // P <= 24 bits: exact
+                    }
                 }
             }
         }
         if (!uncut_step) {
-        // The accumulator: zero or a normal float (gemm_lanes runs only data in range).
-        for (std::size_t j = 0; j < W; ++j) {
-            const auto field = static_cast<std::int32_t>((std::bit_cast<std::uint32_t>(c[j]) >> 23) & 0xffu);
-            emax[j] = c[j] == 0.0f ? lane_zero_exponent : static_cast<std::int16_t>(field - 127);
-        }
-        for (std::size_t kk = s; kk < end; ++kk) {
-            const std::int16_t ea = a_exp[kk];
-            const std::int16_t* eb = b_exp + kk * W;
-            for (std::size_t j = 0; j < W; ++j) emax[j] = std::max(emax[j], static_cast<std::int16_t>(ea + eb[j]));
-        }
-        // Units of 2^(emax - F). Every product's exponent is at least F - 126: below it (every
-        // product zero, the accumulator zero or tiny) the floor keeps the scales normal, and the
-        // result is set apart in the normalisation.
-        for (std::size_t j = 0; j < W; ++j) {
-            e_max[j] = emax[j];
-            const std::int32_t e = std::max(e_max[j], F - 126);
-            scale[j] = std::bit_cast<float>(static_cast<std::uint32_t>(127 + F - e) << 23);
-            unscale[j] = std::bit_cast<float>(static_cast<std::uint32_t>(127 - F + e) << 23);
-            if constexpr (Plan::double_terms) {
-                const float x = c[j] * scale[j];
-                const std::int32_t h = Plan::split_high(x);
-                c_aligned[j] = static_cast<double>(h) * Plan::split_unit + static_cast<double>(Plan::split_low(x, h));
-            }
-            else c_aligned[j] = static_cast<std::int32_t>(c[j] * scale[j]);
-        }
-        // Terms, exact as lane_fit says. The first one sets the sum: a loop of sum[j] = 0 would
-        // become a memset call.
-        if constexpr (Plan::double_terms) {
-            // trunc in float is the cut toward zero (the product times the power of two is exact
-            // wherever it is 1 or more); the whole numbers sum exactly in double.
-#if defined(__AVX512DQ__)
-            // A float-to-int64 conversion in vector lanes (vcvttps2qq): each term whole, int64 sums.
-            alignas(64) std::array<std::int64_t, W> whole{};
-            for (std::size_t j = 0; j < W; ++j) whole[j] = static_cast<std::int64_t>(a_val[s] * b_val[s * W + j] * scale[j]);
-            for (std::size_t kk = s + 1; kk < end; ++kk) {
-                const float va = a_val[kk];
-                const float* vb = b_val + kk * W;
-                for (std::size_t j = 0; j < W; ++j) whole[j] += static_cast<std::int64_t>(va * vb[j] * scale[j]);
-            }
-            for (std::size_t j = 0; j < W; ++j) sum[j] = static_cast<double>(whole[j]);
-#else
-            // Elsewhere (SSE2, AVX2, NEON: no vector float-to-int64 conversion) in two int32 parts.
-            alignas(64) std::array<std::int32_t, W> high{}, low{};
-            for (std::size_t j = 0; j < W; ++j) {
-                const float x = a_val[s] * b_val[s * W + j] * scale[j];
-                high[j] = Plan::split_high(x);
-                low[j] = Plan::split_low(x, high[j]);
-            }
-            for (std::size_t kk = s + 1; kk < end; ++kk) {
-                const float va = a_val[kk];
-                const float* vb = b_val + kk * W;
-                for (std::size_t j = 0; j < W; ++j) {
-                    const float x = va * vb[j] * scale[j];
-                    const std::int32_t h = Plan::split_high(x);
-                    high[j] += h;
-                    low[j] += Plan::split_low(x, h);
+            if (count == K) {
+                std::array<const float*, R> a;
+                std::array<const std::int16_t*, R> ea;
+                for (std::size_t r = 0; r < R; ++r) {
+                    a[r] = av[r] + s;
+                    ea[r] = ae[r] + s;
                 }
+                cut_step(a, ea, b_val + s * W, b_exp + s * W);
+            } else {
+                padded_step(s, count);
             }
-            for (std::size_t j = 0; j < W; ++j)
-                sum[j] = static_cast<double>(high[j]) * Plan::split_unit + static_cast<double>(low[j]);
-#endif
-        } else if constexpr (Plan::sum_in_int32) {
-            for (std::size_t j = 0; j < W; ++j) sum[j] = static_cast<std::int32_t>(a_val[s] * b_val[s * W + j] * scale[j]);
-            for (std::size_t kk = s + 1; kk < end; ++kk) {
-                const float va = a_val[kk];
-                const float* vb = b_val + kk * W;
-                for (std::size_t j = 0; j < W; ++j) sum[j] += static_cast<std::int32_t>(va * vb[j] * scale[j]);
-            }
-        } else {
-            // Runs of int32_run terms in int32 lanes, their sums in int64 lanes.
-            alignas(64) std::array<std::int32_t, W> run{};
-            for (std::size_t r = s; r < end; r += Plan::int32_run) {
-                const std::size_t stop = std::min(r + Plan::int32_run, end);
-                for (std::size_t j = 0; j < W; ++j) run[j] = static_cast<std::int32_t>(a_val[r] * b_val[r * W + j] * scale[j]);
-                for (std::size_t kk = r + 1; kk < stop; ++kk) {
-                    const float va = a_val[kk];
-                    const float* vb = b_val + kk * W;
-                    for (std::size_t j = 0; j < W; ++j) run[j] += static_cast<std::int32_t>(va * vb[j] * scale[j]);
-                }
-                if (r == s) {
-                    for (std::size_t j = 0; j < W; ++j) sum[j] = run[j];
-                } else {
-                    for (std::size_t j = 0; j < W; ++j) sum[j] += run[j];
-                }
-            }
-        }
-        // Normalise: the exact sum converts exactly to `wide`; masking its significand cuts it
-        // to P bits toward zero, which a float holds; scaling by 2^(emax - F) is exact. Below
-        // the floor the result is the accumulator cut to min(P, F + 1) bits.
-        for (std::size_t j = 0; j < W; ++j) {
-            wide exact;
-            if constexpr (Plan::join_in_int32) exact = static_cast<wide>(sum[j] + c_aligned[j]);
-            else exact = static_cast<wide>(sum[j]) + static_cast<wide>(c_aligned[j]);
-            auto exact_bits = std::bit_cast<wide_bits>(exact);
-            if constexpr (Model::instruction::rules::normalisation == rounding_mode::nearest_even) {
-                // Round to P bits, ties to even: add half a unit less one, plus the last kept bit;
-                // a carry runs into the exponent field as it should (the sign bit stays clear of it).
-                constexpr int dropped = Plan::wide_mantissa + 1 - Plan::P;
-                exact_bits += ((wide_bits{1} << (dropped - 1)) - 1) + ((exact_bits >> dropped) & 1u);
-            }
-            const wide cut = std::bit_cast<wide>(static_cast<wide_bits>(exact_bits & Plan::result_mask));
-            // A blend of bits: a select of floats would be a branch under -ftrapping-math.
-            const auto normalised = std::bit_cast<std::uint32_t>(static_cast<float>(cut) * unscale[j]);
-            const auto alone = std::bit_cast<std::uint32_t>(c[j]) & Plan::accumulator_mask;
-            const auto below = static_cast<std::uint32_t>(-static_cast<std::int32_t>(e_max[j] < F - 126));
-            c[j] = std::bit_cast<float>((alone & below) | (normalised & ~below));
-        }
         }
         if constexpr (interval != 0) {
             if (++in_group == interval) {
-                for (std::size_t j = 0; j < W; ++j) {
-                    total[j] += c[j];
-                    c[j] = 0.0f;  // in this loop: a loop of its own would become a memset call
-                }
+                for (std::size_t r = 0; r < R; ++r)
+                    for (std::size_t j = 0; j < W; ++j) {
+                        total[r][j] += c[r][j];
+                        c[r][j] = 0.0f;  // in this loop: a loop of its own would become a memset call
+                    }
                 in_group = 0;
             }
         }
     };
-    std::size_t s = 0;
-    for (; k - s >= step; s += step) instruction(s, std::integral_constant<std::size_t, step>{});
-    if (s < k) instruction(s, k - s);
-    if constexpr (interval != 0) {
-        if (in_group != 0)
-            for (std::size_t j = 0; j < W; ++j) total[j] += c[j];
-        std::copy_n(total.begin(), columns, out);
-    } else {
-        std::copy_n(c.begin(), columns, out);
+    for (std::size_t s = 0; s < k; s += K) instruction(s, std::min(K, k - s));
+    for (std::size_t r = 0; r < std::min(R, rows); ++r) {
+        if constexpr (interval != 0) {
+            if (in_group != 0)
+                for (std::size_t j = 0; j < W; ++j) total[r][j] += c[r][j];
+            std::copy_n(total[r], columns, out + r * out_stride);
+        } else {
+            std::copy_n(c[r], columns, out + r * out_stride);
+        }
     }
 }
 
@@ -749,7 +839,7 @@ template <GemmModel Model>
 void lane_chain(const float* a_val, const std::int16_t* a_exp, const float* b_val, const std::int16_t* b_exp,
                 std::size_t k, float* out, std::size_t columns)
 {
-    lane_steps<Model>(a_val, a_exp, b_val, b_exp, k, out, columns, uncut_terms{});
+    lane_steps<Model, 1>(a_val, a_exp, 1, b_val, b_exp, k, out, 0, columns, uncut_terms{});
 }
 
 /// Model's GEMM in lanes over operands whose pair lane_fit calls usable; false (nothing written)
@@ -863,13 +953,16 @@ template <GemmModel Model>
     const std::int16_t* ae = a_exp.data();
     const float* bv = b_val.data();
     const std::int16_t* be = b_exp.data();
-    scalify::detail::parallel_for(blocks * m, [=](std::size_t task) {
-        const std::size_t block = task / m, i = task % m;
+    // Tasks of Plan::rows rows of A against one block of B.
+    constexpr std::size_t R = Plan::rows;
+    const std::size_t groups = (m + R - 1) / R;
+    scalify::detail::parallel_for(blocks * groups, [=](std::size_t task) {
+        const std::size_t block = task / groups, i = task % groups * R;
         const std::size_t j0 = block * W;
         uncut_terms panel = uncut;
         if (panel.b_wide != nullptr) panel.b_wide += block * k * W;
-        lane_steps<Model>(av + i * k, ae + i * k, bv + block * k * W, be + block * k * W, k, out + i * n + j0,
-                          std::min(W, n - j0), panel);
+        lane_steps<Model, R>(av + i * k, ae + i * k, std::min(R, m - i), bv + block * k * W, be + block * k * W, k,
+                             out + i * n + j0, n, std::min(W, n - j0), panel);
     });
 
     // NaN and inf codes: the outputs they reach, again through the reference engine.
