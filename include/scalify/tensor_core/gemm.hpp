@@ -530,13 +530,29 @@ lane_run read_tf32_lane_operands(const void* data, std::size_t first, std::size_
         const bool non_finite = nan || field == 0xff;
         const bool zero = magnitude == 0;
         const int e = std::max(field - 127, -126);
-        value[i] = non_finite ? 0.0f : std::bit_cast<float>((bits & 0x80000000u) | magnitude);
+        value[i] = std::bit_cast<float>(((bits & 0x80000000u) | magnitude) & (non_finite ? 0u : ~0u));
         exponent[i] = static_cast<std::int16_t>(non_finite || zero ? int(lane_zero_exponent) : e);
         specials |= non_finite ? 1u : 0u;
-        const bool counted = !non_finite && !zero;
-        low = counted ? std::min(low, e) : low;
-        high = counted ? std::max(high, e) : high;
-        if (special) special[i] |= non_finite ? 1 : 0;
+    }
+    // The exponent range over what was just stored, and the flags of non-finite operands (rare)
+    // in passes of their own: in the loop above they kept it scalar.
+    for (std::size_t i = 0; i < count; ++i) {
+        const int e = exponent[i];
+        const bool counted = e != lane_zero_exponent;
+        low = std::min(low, counted ? e : lane_run{}.min_exponent);
+        high = std::max(high, counted ? e : lane_run{}.max_exponent);
+    }
+    if (special && specials != 0) {
+        for (std::size_t i = 0; i < count; ++i) {
+            std::uint32_t magnitude = std::bit_cast<std::uint32_t>(x[i]) & 0x7fffffffu;
+            const bool nan = magnitude > 0x7f800000u;
+            if constexpr (Input == tf32_input::nearest_even) {
+                const std::uint32_t rest = magnitude & 0x1fffu;
+                const std::uint32_t up = (rest > 0x1000u || (rest == 0x1000u && (magnitude & 0x2000u) != 0)) ? 0x2000u : 0u;
+                magnitude = nan || magnitude == 0x7f800000u ? magnitude : (magnitude & ~std::uint32_t{0x1fffu}) + up;
+            }
+            special[i] |= nan || (magnitude >> 23) == 0xff ? 1 : 0;
+        }
     }
     lane_run run;
     run.special = specials != 0;
