@@ -465,13 +465,18 @@ lane_run read_lane_operands(const void* data, std::size_t first, std::size_t cou
             value[i] = std::bit_cast<float>(bits & (non_finite ? 0u : ~0u));
             exponent[i] = static_cast<std::int16_t>(non_finite || zero ? int(lane_zero_exponent) : e);
             specials |= non_finite ? 1u : 0u;
-            if constexpr (TrackRange) {
-                const bool counted = !non_finite && !zero;
-                low = counted ? std::min(low, e) : low;
-                high = counted ? std::max(high, e) : high;
-            }
         }
         any_special = specials != 0;
+        if constexpr (TrackRange) {
+            // Over the exponents just stored, one reduction per loop: in the loop above, or
+            // together, they keep it scalar (lane_zero_exponent lies below every real exponent).
+            for (std::size_t i = 0; i < count; ++i) {
+                const int e = exponent[i];
+                low = std::min(low, e != lane_zero_exponent ? e : lane_run{}.min_exponent);
+            }
+            for (std::size_t i = 0; i < count; ++i) high = std::max(high, int{exponent[i]});
+            if (high == lane_zero_exponent) high = lane_run{}.max_exponent;
+        }
     }
     if (special && any_special) {
         for (std::size_t i = 0; i < count; ++i) special[i] |= lane_decode_stored<T>(x[i]).special ? 1 : 0;
@@ -535,13 +540,14 @@ lane_run read_tf32_lane_operands(const void* data, std::size_t first, std::size_
         specials |= non_finite ? 1u : 0u;
     }
     // The exponent range over what was just stored, and the flags of non-finite operands (rare)
-    // in passes of their own: in the loop above they kept it scalar.
+    // in passes of their own: in the loop above they kept it scalar. One reduction per loop, the
+    // form GCC vectorises (lane_zero_exponent lies below every real exponent).
     for (std::size_t i = 0; i < count; ++i) {
         const int e = exponent[i];
-        const bool counted = e != lane_zero_exponent;
-        low = std::min(low, counted ? e : lane_run{}.min_exponent);
-        high = std::max(high, counted ? e : lane_run{}.max_exponent);
+        low = std::min(low, e != lane_zero_exponent ? e : lane_run{}.min_exponent);
     }
+    for (std::size_t i = 0; i < count; ++i) high = std::max(high, int{exponent[i]});
+    if (high == lane_zero_exponent) high = lane_run{}.max_exponent;
     if (special && specials != 0) {
         for (std::size_t i = 0; i < count; ++i) {
             std::uint32_t magnitude = std::bit_cast<std::uint32_t>(x[i]) & 0x7fffffffu;
