@@ -65,6 +65,7 @@
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <ranges>
 #include <span>
@@ -612,20 +613,26 @@ inline constexpr fp8_lane_tables<T> fp8_lanes = [] {
     return t;
 }();
 
-/// float_lane of an Eigen::half, Eigen::bfloat16, float (xf32) or 8-bit operand, branch-free (f16 on its bits, as lane_decode
-/// reads it: the nominal exponent of a subnormal is -14).
+/// float_lane of an Eigen::half, Eigen::bfloat16, float (xf32) or 8-bit operand, branch-free (f16 on
+/// its bits, as lane_decode reads it: the nominal exponent of a subnormal is -14), in parts: the
+/// value's bits, the exponent and the wild flag. Integer masks and selects only, the bits read by
+/// memcpy, no struct: the forms GCC vectorises (a float select, a bit_cast of the Eigen type, or
+/// the struct kept float_lanes_of scalar).
 template <class T>
-[[nodiscard]] inline float_lane float_lane_of(const T& x) noexcept
+inline void float_lane_parts(const T& x, std::uint32_t& value, std::int16_t& exponent, unsigned& wild) noexcept
 {
     if constexpr (std::same_as<T, Eigen::half>) {
-        const std::uint32_t h = std::bit_cast<std::uint16_t>(x);
-        const std::uint32_t field = (h >> 10) & 0x1fu, mantissa = h & 0x3ffu, sign = (h & 0x8000u) << 16;
-        const float normal = std::bit_cast<float>(sign | (field + 112) << 23 | mantissa << 13);
-        const float subnormal = std::bit_cast<float>(sign | std::bit_cast<std::uint32_t>(static_cast<float>(static_cast<std::int32_t>(mantissa)) * 0x1p-24f));
+        std::uint16_t code;
+        std::memcpy(&code, &x, sizeof code);
+        const std::uint32_t field = (code >> 10) & 0x1fu, mantissa = code & 0x3ffu;
         const bool special = field == 0x1f;
-        const float value = field == 0 ? subnormal : special ? 0.0f : normal;
-        const int exponent = field != 0 && !special ? static_cast<int>(field) - 15 : field == 0 && mantissa != 0 ? -14 : -126;
-        return {value, static_cast<std::int16_t>(exponent), special};
+        value = std::bit_cast<std::uint32_t>(lane_float_of(x)) & (special ? 0u : ~0u);
+        // Normal: field - 15; subnormal: -14; zero and non-finite: -126 (bitwise, so that GCC
+        // does not turn the choice into a bit test it cannot vectorise).
+        const int nominal = static_cast<int>(field) - 15 + static_cast<int>(field == 0);
+        const bool none = special | ((field == 0) & (mantissa == 0));
+        exponent = static_cast<std::int16_t>(none ? -126 : nominal);
+        wild = special ? 1u : 0u;
     } else if constexpr (std::same_as<T, Eigen::bfloat16> || std::same_as<T, float>) {
         // bf16 on its bits, float as xf32 reads it (truncated to tf32): the value is the float of
         // the (truncated) bits. Wild besides the non-finite: exponents past 60 (a block's e must
@@ -634,18 +641,38 @@ template <class T>
         // scale 2^(24 - e) is a normal float, and every product within 2^27 of the block's top
         // is exact in float: lsb >= e - 26 - 20 >= -149).
         std::uint32_t bits;
-        if constexpr (std::same_as<T, float>) bits = std::bit_cast<std::uint32_t>(x) & 0xffffe000u;
-        else bits = std::uint32_t{std::bit_cast<std::uint16_t>(x)} << 16;
+        if constexpr (std::same_as<T, float>) {
+            std::memcpy(&bits, &x, sizeof bits);
+            bits &= 0xffffe000u;
+        } else {
+            std::uint16_t code;
+            std::memcpy(&code, &x, sizeof code);
+            bits = std::uint32_t{code} << 16;
+        }
         const auto field = static_cast<std::int32_t>((bits >> 23) & 0xffu);
         const bool zero = (bits & 0x7fffffffu) == 0;
-        const bool wild = !zero && (field > 127 + 60 || field < 127 - 51);
-        const float value = wild ? 0.0f : std::bit_cast<float>(bits);
-        return {value, static_cast<std::int16_t>(zero ? -126 : field - 127), wild};
+        // Bitwise, not ||: GCC turns the short-circuit form into a conditional reduction it
+        // cannot vectorise.
+        wild = static_cast<unsigned>(!zero) & (static_cast<unsigned>(field > 127 + 60) | static_cast<unsigned>(field < 127 - 51));
+        value = bits & (wild - 1u);
+        exponent = static_cast<std::int16_t>(zero ? -126 : field - 127);
     } else {
         static_assert(sizeof(T) == 1, "float lanes: Eigen::half, bf16, float (xf32) and 8-bit operands");
         const unsigned code = code_of(x);
-        return {fp8_lanes<T>.value[code], fp8_lanes<T>.exponent[code], fp8_lanes<T>.wild[code] != 0};
+        value = std::bit_cast<std::uint32_t>(fp8_lanes<T>.value[code]);
+        exponent = fp8_lanes<T>.exponent[code];
+        wild = fp8_lanes<T>.wild[code];
     }
+}
+
+template <class T>
+[[nodiscard]] inline float_lane float_lane_of(const T& x) noexcept
+{
+    std::uint32_t value;
+    std::int16_t exponent;
+    unsigned wild;
+    float_lane_parts(x, value, exponent, wild);
+    return {std::bit_cast<float>(value), exponent, wild != 0};
 }
 
 /// count operands x[0..count) into value and exponent; whether one of them is wild.
@@ -654,10 +681,13 @@ template <class T>
 {
     unsigned wild = 0;
     for (std::size_t i = 0; i < count; ++i) {
-        const float_lane d = float_lane_of(x[i]);
-        value[i] = d.value;
-        exponent[i] = d.exponent;
-        wild |= d.wild ? 1u : 0u;
+        std::uint32_t bits;
+        std::int16_t e;
+        unsigned w;
+        float_lane_parts(x[i], bits, e, w);
+        value[i] = std::bit_cast<float>(bits);
+        exponent[i] = e;
+        wild |= w;
     }
     return wild != 0;
 }
