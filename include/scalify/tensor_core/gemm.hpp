@@ -15,7 +15,8 @@
 /// Speed: under the H100 rules (fp8 pairs, f16, and bf16 or tf32 data whose exponents keep every
 /// result in float32's normal range), each aligned term is trunc(a * b * 2^(F - emax)), exact in float
 /// lanes, summed in int32 lanes (runs of them in int64 where K terms need more than 31 bits, as
-/// b200_f8f6f4's do): every step runs across 32 outputs at once in plain float and
+/// b200_f8f6f4's do): every step runs across 32 outputs of two rows at once (two chains side by
+/// side, so that a short instruction does not wait on the one before) in plain float and
 /// int32 vector code (SSE2, AVX2 and AVX-512 alike); outputs are shared among OpenMP threads when
 /// the including program is compiled with OpenMP (as Eigen's GEMM does), otherwise one thread.
 /// Everything else (other rules, bf16 or tf32 data out of that range, the outputs a NaN or inf code
