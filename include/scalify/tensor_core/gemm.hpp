@@ -603,8 +603,8 @@ struct uncut_terms {
 /// The steps of lane_chain for `rows` rows of A (1 to Rows; a_val and a_exp hold them k apart)
 /// against one block of B, out row r at out + r * out_stride. Each step of a chain waits for the
 /// one before (its emax needs the accumulator), and with short instructions (K = 4) that latency,
-/// not the work, bounds a single chain: Rows chains side by side (lane_plan::rows, by K) keep the
-/// vector units busy. Rows past `rows` repeat the last one and are not stored.
+/// not the work, bounds a single chain: Rows chains side by side (lane_plan::rows) keep the vector
+/// units busy. Rows past `rows` repeat the last one and are not stored.
 /// With double_terms and `uncut` given, a step where no term can lose a bit to the cut (every
 /// product's last place and the accumulator's at or above 2^(emax - F), by the data's bounds and
 /// each lane's accumulator) sums its products and the accumulator exactly in double lanes,
