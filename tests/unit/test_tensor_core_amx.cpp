@@ -20,6 +20,7 @@
 #include <random>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace tc_amx {
@@ -172,6 +173,44 @@ inline float instruction_loop(std::vector<T> row, std::vector<T> column)
         acc = tc::dot<Instruction>(std::span<const T>(row.data() + s, w), std::span<const T>(column.data() + s, w), acc);
     }
     return acc;
+}
+
+/// An m x k operand A and a k x n operand B, each element set by draw(x, line), line being its
+/// row of A or its column of B.
+template <class T, class Draw>
+inline std::pair<xt::xarray<T>, xt::xarray<T>> drawn_operands(std::size_t m, std::size_t k, std::size_t n, Draw&& draw)
+{
+    xt::xarray<T> a = xt::xarray<T>::from_shape({m, k}), b = xt::xarray<T>::from_shape({k, n});
+    for (std::size_t i = 0; i < m; ++i)
+        for (std::size_t p = 0; p < k; ++p) draw(a(i, p), static_cast<int>(i));
+    for (std::size_t p = 0; p < k; ++p)
+        for (std::size_t j = 0; j < n; ++j) draw(b(p, j), static_cast<int>(j));
+    return {std::move(a), std::move(b)};
+}
+
+/// Row i of a and column j of b, the operands of output (i, j).
+template <class T>
+inline std::pair<std::vector<T>, std::vector<T>> row_and_column(const xt::xarray<T>& a, const xt::xarray<T>& b, std::size_t i,
+                                                                std::size_t j)
+{
+    const std::size_t k = a.shape()[1];
+    std::vector<T> row(k), column(k);
+    for (std::size_t p = 0; p < k; ++p) {
+        row[p] = a(i, p);
+        column[p] = b(p, j);
+    }
+    return {std::move(row), std::move(column)};
+}
+
+/// f() with the FPU's rounding mode set to `mode`, the previous one restored.
+template <class F>
+inline auto under_rounding(int mode, F&& f)
+{
+    const int previous = std::fegetround();
+    std::fesetround(mode);
+    auto result = f();
+    std::fesetround(previous);
+    return result;
 }
 
 }  // namespace tc_amx
@@ -524,30 +563,14 @@ TEST_CASE("gemm<amx_bf16_gemm> and gemm<avx512_bf16_gemm> chain their instructio
         for (std::size_t i = 0; i < m * n; ++i) CHECK(bits_of(on_grid[i]) == bits_of(amx.data()[i]));
         for (std::size_t i = 0; i < m; ++i) {
             for (std::size_t j = 0; j < n; ++j) {
-                std::vector<bf16> row(k), column(k);
-                for (std::size_t p = 0; p < k; ++p) {
-                    row[p] = a(i, p);
-                    column[p] = b(p, j);
-                }
+                const auto [row, column] = row_and_column(a, b, i, j);
                 // Instructions of 32 (AMX) and 2 (AVX512) products, each result the next one's C;
                 // an odd K ends with a zero product.
-                const std::size_t padded = (k + 1) / 2 * 2;
-                row.resize(padded, bf(0));
-                column.resize(padded, bf(0));
-                float amx_chain = 0.0f, avx_chain = 0.0f;
-                for (std::size_t s = 0; s < padded; s += 32) {
-                    const std::size_t w = std::min<std::size_t>(32, padded - s);
-                    amx_chain = tc::dot<tc::amx_bf16>(std::span<const bf16>(row.data() + s, w),
-                                                      std::span<const bf16>(column.data() + s, w), amx_chain);
-                }
-                for (std::size_t s = 0; s < padded; s += 2)
-                    avx_chain = tc::dot<tc::avx512_bf16>(std::span<const bf16>(row.data() + s, 2),
-                                                         std::span<const bf16>(column.data() + s, 2), avx_chain);
+                const float amx_chain = instruction_loop<tc::amx_bf16>(row, column);
+                const float avx_chain = instruction_loop<tc::avx512_bf16>(row, column);
                 INFO("K = " << k << ", output " << i << ", " << j);
                 CHECK(bits_of(amx(i, j)) == bits_of(amx_chain));
                 CHECK(bits_of(avx(i, j)) == bits_of(avx_chain));
-                row.resize(k);
-                column.resize(k);
                 CHECK(bits_of(tc::gemm_dot<tc::amx_bf16_gemm>(row, column)) == bits_of(amx_chain));
                 CHECK(bits_of(tc::gemm_dot<tc::avx512_bf16_gemm>(row, column)) == bits_of(avx_chain));
             }
@@ -561,30 +584,22 @@ TEST_CASE("gemm<amx_bf16_gemm> and gemm<avx512_bf16_gemm> chain their instructio
     for (const int mode : {FE_TONEAREST, FE_UPWARD}) {
         for (const std::size_t k : {std::size_t{33}, std::size_t{64}, std::size_t{70}}) {
             const std::size_t m = 4, n = 37;
-            xt::xarray<bf16> a = xt::xarray<bf16>::from_shape({m, k}), b = xt::xarray<bf16>::from_shape({k, n});
-            const auto draw = [&](bf16& x, int row) {
+            const auto operands = drawn_operands<bf16>(m, k, n, [&](bf16& x, int line) {
                 const int what = coin(rng);
-                if (row % 2 == 0 && what == 0) x = from_code(static_cast<unsigned>(any_code(rng)));
+                if (line % 2 == 0 && what == 0) x = from_code(static_cast<unsigned>(any_code(rng)));
                 else if (what == 1) x = bf(std::ldexp(normal(rng), small_exponent(rng)));
-                else if (what == 2 && row % 3 == 0) x = bf(0);
+                else if (what == 2 && line % 3 == 0) x = bf(0);
                 else x = bf(normal(rng));
-            };
-            for (std::size_t i = 0; i < m; ++i)
-                for (std::size_t p = 0; p < k; ++p) draw(a(i, p), static_cast<int>(i));
-            for (std::size_t p = 0; p < k; ++p)
-                for (std::size_t j = 0; j < n; ++j) draw(b(p, j), static_cast<int>(j));
-            const int previous = std::fegetround();
-            std::fesetround(mode);
-            const xt::xarray<float> amx = tc::gemm<tc::amx_bf16_gemm>(a, b);
-            const xt::xarray<float> avx = tc::gemm<tc::avx512_bf16_gemm>(a, b);
-            std::fesetround(previous);
+            });
+            const auto& a = operands.first;
+            const auto& b = operands.second;
+            const auto [amx, avx] = under_rounding(mode, [&] {
+                return std::pair<xt::xarray<float>, xt::xarray<float>>{tc::gemm<tc::amx_bf16_gemm>(a, b),
+                                                                     tc::gemm<tc::avx512_bf16_gemm>(a, b)};
+            });
             for (std::size_t i = 0; i < m; ++i) {
                 for (std::size_t j = 0; j < n; ++j) {
-                    std::vector<bf16> row(k), column(k);
-                    for (std::size_t p = 0; p < k; ++p) {
-                        row[p] = a(i, p);
-                        column[p] = b(p, j);
-                    }
+                    const auto [row, column] = row_and_column(a, b, i, j);
                     INFO("mode " << mode << ", K = " << k << ", output " << i << ", " << j);
                     CHECK(bits_of(amx(i, j)) == bits_of(tc::gemm_dot<tc::amx_bf16_gemm>(row, column)));
                     CHECK(bits_of(avx(i, j)) == bits_of(tc::gemm_dot<tc::avx512_bf16_gemm>(row, column)));
@@ -632,23 +647,17 @@ TEST_CASE("gemm<amx_fp16_gemm> chains TDPFP16PS along K, its float lanes equal t
         for (const std::size_t k : {std::size_t{1}, std::size_t{2}, std::size_t{31}, std::size_t{32}, std::size_t{33},
                                     std::size_t{64}, std::size_t{70}, std::size_t{101}}) {
             const std::size_t m = 5, n = 37;
-            xt::xarray<f16> a = xt::xarray<f16>::from_shape({m, k}), b = xt::xarray<f16>::from_shape({k, n});
-            const auto draw = [&](f16& x, int line) {
+            const auto operands = drawn_operands<f16>(m, k, n, [&](f16& x, int line) {
                 const int what = coin(rng);
                 if (line % 3 == 0 && what == 0) x = half_code(static_cast<unsigned>(any_code(rng)));
                 else if (what == 1) x = half_code(static_cast<unsigned>(subnormal(rng) | (coin(rng) % 2) << 15));
                 else if (what == 2 && line % 2 == 0) x = hf(0);
                 else if (what == 3) x = hf(std::clamp(std::ldexp(normal(rng), large_exponent(rng)), -65504.0f, 65504.0f));
                 else x = hf(normal(rng));
-            };
-            for (std::size_t i = 0; i < m; ++i)
-                for (std::size_t p = 0; p < k; ++p) draw(a(i, p), static_cast<int>(i));
-            for (std::size_t p = 0; p < k; ++p)
-                for (std::size_t j = 0; j < n; ++j) draw(b(p, j), static_cast<int>(j));
-            const int previous = std::fegetround();
-            std::fesetround(mode);
-            const xt::xarray<float> amx = tc::gemm<tc::amx_fp16_gemm>(a, b);
-            std::fesetround(previous);
+            });
+            const auto& a = operands.first;
+            const auto& b = operands.second;
+            const xt::xarray<float> amx = under_rounding(mode, [&] { return xt::xarray<float>(tc::gemm<tc::amx_fp16_gemm>(a, b)); });
             REQUIRE(amx.shape()[0] == m);
             REQUIRE(amx.shape()[1] == n);
             if (mode == FE_TONEAREST) {
@@ -665,11 +674,7 @@ TEST_CASE("gemm<amx_fp16_gemm> chains TDPFP16PS along K, its float lanes equal t
             }
             for (std::size_t i = 0; i < m; ++i) {
                 for (std::size_t j = 0; j < n; ++j) {
-                    std::vector<f16> row(k), column(k);
-                    for (std::size_t p = 0; p < k; ++p) {
-                        row[p] = a(i, p);
-                        column[p] = b(p, j);
-                    }
+                    const auto [row, column] = row_and_column(a, b, i, j);
                     INFO("mode " << mode << ", K = " << k << ", output " << i << ", " << j);
                     const std::uint32_t loop = bits_of(instruction_loop<tc::amx_fp16>(row, column));
                     CHECK(bits_of(amx(i, j)) == loop);
