@@ -371,6 +371,17 @@ TEST_CASE("tensor_core_cdna: NaN, infinities, overflow", "[tensor_core][cdna]")
     CHECK(tc::dot<tc::mi250_mfma>(values<bf16, 4>({big, 0, 0, 0}), values<bf16, 4>({1, 0, 0, 0}), top) == inf);
 }
 
+/// An m x k A and a k x n B, each element drawn by draw_a() or draw_b().
+template <class TA, class TB, class DrawA, class DrawB>
+std::pair<xt::xarray<TA>, xt::xarray<TB>> drawn_operands(std::size_t m, std::size_t k, std::size_t n, DrawA draw_a, DrawB draw_b)
+{
+    xt::xarray<TA> a = xt::xarray<TA>::from_shape({m, k});
+    xt::xarray<TB> b = xt::xarray<TB>::from_shape({k, n});
+    for (auto& v : a) v = draw_a();
+    for (auto& v : b) v = draw_b();
+    return {std::move(a), std::move(b)};
+}
+
 TEST_CASE("tensor_core_cdna: shapes, and the GEMM chains against chains of dot", "[tensor_core][cdna]")
 {
     std::vector<f16> a(12), b(12);
@@ -382,10 +393,7 @@ TEST_CASE("tensor_core_cdna: shapes, and the GEMM chains against chains of dot",
     std::mt19937 rng(7);
     std::normal_distribution<float> dist;
     const std::size_t m = 3, k = 40, n = 5;
-    xt::xarray<f16> x = xt::xarray<f16>::from_shape({m, k});
-    xt::xarray<f16> y = xt::xarray<f16>::from_shape({k, n});
-    for (auto& v : x) v = f16(dist(rng));
-    for (auto& v : y) v = f16(dist(rng));
+    const auto [x, y] = drawn_operands<f16, f16>(m, k, n, [&] { return f16(dist(rng)); }, [&] { return f16(dist(rng)); });
     const auto g300 = tc::gemm<tc::mi300_mfma_chain>(x, y);
     const auto g250 = tc::gemm<tc::mi250_mfma_chain>(x, y);
     const auto g100 = tc::gemm<tc::mi100_mfma_chain>(x, y);
@@ -467,10 +475,9 @@ void check_gemm_paths(std::mt19937& rng)
     const std::size_t m = 4, k = 37, n = 19;
     for (int mode_a = 0; mode_a < 3; ++mode_a)
         for (int mode_b = 0; mode_b < 3; ++mode_b) {
-            xt::xarray<TA> a = xt::xarray<TA>::from_shape({m, k});
-            xt::xarray<TB> b = xt::xarray<TB>::from_shape({k, n});
-            for (auto& v : a) v = random_operand<TA>(rng, mode_a == 1 && rng() % 4 != 0 ? 0 : mode_a);
-            for (auto& v : b) v = random_operand<TB>(rng, mode_b == 1 && rng() % 4 != 0 ? 0 : mode_b);
+            const auto [a, b] = drawn_operands<TA, TB>(
+                m, k, n, [&] { return random_operand<TA>(rng, mode_a == 1 && rng() % 4 != 0 ? 0 : mode_a); },
+                [&] { return random_operand<TB>(rng, mode_b == 1 && rng() % 4 != 0 ? 0 : mode_b); });
             const std::size_t same = outputs_matching_gemm_dot<Model>(a, b);
             CAPTURE(Model::name, mode_a, mode_b);
             CHECK(same == m * n);
@@ -553,10 +560,8 @@ void check_long_chains(std::mt19937& rng)
                                                   {5, 6, 0}, {6, 5, 1}, {2, 5, 0}, {7, 7, 0}, {7, 7, 1},
                                                   {7, 5, 0}, {8, 8, 0}, {8, 8, 1}, {8, 6, 1}};
     for (const auto& combo : Wide ? wide : narrow) {
-        xt::xarray<TA> a = xt::xarray<TA>::from_shape({m, k});
-        xt::xarray<TB> b = xt::xarray<TB>::from_shape({k, n});
-        for (auto& v : a) v = long_chain_operand<TA>(rng, combo[0]);
-        for (auto& v : b) v = long_chain_operand<TB>(rng, combo[1]);
+        auto [a, b] = drawn_operands<TA, TB>(
+            m, k, n, [&] { return long_chain_operand<TA>(rng, combo[0]); }, [&] { return long_chain_operand<TB>(rng, combo[1]); });
         if (combo[2] != 0) {
             for (std::size_t p = block; p < k; ++p) {
                 if ((p / block) % 2 == 0) continue;
