@@ -70,88 +70,41 @@ void gemm_model(benchmark::State& state)
     }
     state.SetItemsProcessed(state.iterations() * flops);
 }
-BENCHMARK(gemm_model<tc::h100_cublaslt_fp8, float8_e4m3fn>)
-    ->Name("gemm_256x1024x256_e4m3fn_h100_cublaslt_fp8")
-    ->Unit(benchmark::kMillisecond);
-BENCHMARK(gemm_model<tc::h100_cublaslt_fp8_fast, float8_e4m3fn>)
-    ->Name("gemm_256x1024x256_e4m3fn_h100_cublaslt_fp8_fast")
-    ->Unit(benchmark::kMillisecond);
-BENCHMARK(gemm_model<tc::h100_cublaslt_fp8, float8_e5m2>)
-    ->Name("gemm_256x1024x256_e5m2_h100_cublaslt_fp8")
-    ->Unit(benchmark::kMillisecond);
-BENCHMARK(gemm_model<tc::h100_hmma_chain, Eigen::half>)
-    ->Name("gemm_256x1024x256_f16_h100_hmma_chain")
-    ->Unit(benchmark::kMillisecond);
-BENCHMARK(gemm_model<tc::h100_hmma_chain, Eigen::bfloat16>)
-    ->Name("gemm_256x1024x256_bf16_h100_hmma_chain")
-    ->Unit(benchmark::kMillisecond);
+/// Registers gemm_model<tc::Model, T> as "gemm_256x1024x256_<type>_<Model>", in milliseconds.
+#define GEMM_MODEL_BENCHMARK(Model, T, type) \
+    BENCHMARK(gemm_model<tc::Model, T>)->Name("gemm_256x1024x256_" type "_" #Model)->Unit(benchmark::kMillisecond)
+GEMM_MODEL_BENCHMARK(h100_cublaslt_fp8, float8_e4m3fn, "e4m3fn");
+GEMM_MODEL_BENCHMARK(h100_cublaslt_fp8_fast, float8_e4m3fn, "e4m3fn");
+GEMM_MODEL_BENCHMARK(h100_cublaslt_fp8, float8_e5m2, "e5m2");
+GEMM_MODEL_BENCHMARK(h100_hmma_chain, Eigen::half, "f16");
+GEMM_MODEL_BENCHMARK(h100_hmma_chain, Eigen::bfloat16, "bf16");
 
-BENCHMARK(gemm_model<tc::b200_f8f6f4_chain, float8_e4m3fn>)
-    ->Name("gemm_256x1024x256_e4m3fn_b200_f8f6f4_chain")
-    ->Unit(benchmark::kMillisecond);
+GEMM_MODEL_BENCHMARK(b200_f8f6f4_chain, float8_e4m3fn, "e4m3fn");
 // The CPU and AMD units: chains of float32 FMAs (AMX), pairwise float32 adds (CDNA1/2) and the
 // fused round-down unit (CDNA3), each in its own lanes.
-BENCHMARK(gemm_model<tc::amx_bf16_gemm, Eigen::bfloat16>)
-    ->Name("gemm_256x1024x256_bf16_amx_bf16_gemm")
-    ->Unit(benchmark::kMillisecond);
-BENCHMARK(gemm_model<tc::amx_fp16_gemm, Eigen::half>)
-    ->Name("gemm_256x1024x256_f16_amx_fp16_gemm")
-    ->Unit(benchmark::kMillisecond);
-BENCHMARK(gemm_model<tc::mi250_mfma_chain, Eigen::half>)
-    ->Name("gemm_256x1024x256_f16_mi250_mfma_chain")
-    ->Unit(benchmark::kMillisecond);
-BENCHMARK(gemm_model<tc::mi300_mfma_chain, Eigen::half>)
-    ->Name("gemm_256x1024x256_f16_mi300_mfma_chain")
-    ->Unit(benchmark::kMillisecond);
-BENCHMARK(gemm_model<tc::mi300_mfma_chain, float8_e4m3fnuz>)
-    ->Name("gemm_256x1024x256_e4m3fnuz_mi300_mfma_chain")
-    ->Unit(benchmark::kMillisecond);
+GEMM_MODEL_BENCHMARK(amx_bf16_gemm, Eigen::bfloat16, "bf16");
+GEMM_MODEL_BENCHMARK(amx_fp16_gemm, Eigen::half, "f16");
+GEMM_MODEL_BENCHMARK(mi250_mfma_chain, Eigen::half, "f16");
+GEMM_MODEL_BENCHMARK(mi300_mfma_chain, Eigen::half, "f16");
+GEMM_MODEL_BENCHMARK(mi300_mfma_chain, float8_e4m3fnuz, "e4m3fnuz");
 
 // The other named GEMM chains, so that every model's GEMM is timed against the same peer: the
 // remaining NVIDIA units (their HMMA/QMMA lanes are the H100's with other F, P and K), the tf32
 // chains on float data, AVX512_BF16, CDNA1 and CDNA3's bf16 and xf32 (double lanes).
-BENCHMARK(gemm_model<tc::v100_hmma_chain, Eigen::half>)
-    ->Name("gemm_256x1024x256_f16_v100_hmma_chain")
-    ->Unit(benchmark::kMillisecond);
-BENCHMARK(gemm_model<tc::a100_hmma_chain, Eigen::half>)
-    ->Name("gemm_256x1024x256_f16_a100_hmma_chain")
-    ->Unit(benchmark::kMillisecond);
-BENCHMARK(gemm_model<tc::ada_hmma_chain, Eigen::half>)
-    ->Name("gemm_256x1024x256_f16_ada_hmma_chain")
-    ->Unit(benchmark::kMillisecond);
-BENCHMARK(gemm_model<tc::b200_hmma_chain, Eigen::bfloat16>)
-    ->Name("gemm_256x1024x256_bf16_b200_hmma_chain")
-    ->Unit(benchmark::kMillisecond);
-BENCHMARK(gemm_model<tc::ada_qmma_chain, float8_e4m3fn>)
-    ->Name("gemm_256x1024x256_e4m3fn_ada_qmma_chain")
-    ->Unit(benchmark::kMillisecond);
-BENCHMARK(gemm_model<tc::b200_qmma_chain, float8_e4m3fn>)
-    ->Name("gemm_256x1024x256_e4m3fn_b200_qmma_chain")
-    ->Unit(benchmark::kMillisecond);
-BENCHMARK(gemm_model<tc::a100_tf32_chain, float>)
-    ->Name("gemm_256x1024x256_f32_a100_tf32_chain")
-    ->Unit(benchmark::kMillisecond);
-BENCHMARK(gemm_model<tc::ada_tf32_chain, float>)
-    ->Name("gemm_256x1024x256_f32_ada_tf32_chain")
-    ->Unit(benchmark::kMillisecond);
-BENCHMARK(gemm_model<tc::h100_tf32_chain, float>)
-    ->Name("gemm_256x1024x256_f32_h100_tf32_chain")
-    ->Unit(benchmark::kMillisecond);
-BENCHMARK(gemm_model<tc::b200_tf32_chain, float>)
-    ->Name("gemm_256x1024x256_f32_b200_tf32_chain")
-    ->Unit(benchmark::kMillisecond);
-BENCHMARK(gemm_model<tc::avx512_bf16_gemm, Eigen::bfloat16>)
-    ->Name("gemm_256x1024x256_bf16_avx512_bf16_gemm")
-    ->Unit(benchmark::kMillisecond);
-BENCHMARK(gemm_model<tc::mi100_mfma_chain, Eigen::half>)
-    ->Name("gemm_256x1024x256_f16_mi100_mfma_chain")
-    ->Unit(benchmark::kMillisecond);
-BENCHMARK(gemm_model<tc::mi300_mfma_chain, Eigen::bfloat16>)
-    ->Name("gemm_256x1024x256_bf16_mi300_mfma_chain")
-    ->Unit(benchmark::kMillisecond);
-BENCHMARK(gemm_model<tc::mi300_mfma_chain, float>)
-    ->Name("gemm_256x1024x256_f32_mi300_mfma_chain")
-    ->Unit(benchmark::kMillisecond);
+GEMM_MODEL_BENCHMARK(v100_hmma_chain, Eigen::half, "f16");
+GEMM_MODEL_BENCHMARK(a100_hmma_chain, Eigen::half, "f16");
+GEMM_MODEL_BENCHMARK(ada_hmma_chain, Eigen::half, "f16");
+GEMM_MODEL_BENCHMARK(b200_hmma_chain, Eigen::bfloat16, "bf16");
+GEMM_MODEL_BENCHMARK(ada_qmma_chain, float8_e4m3fn, "e4m3fn");
+GEMM_MODEL_BENCHMARK(b200_qmma_chain, float8_e4m3fn, "e4m3fn");
+GEMM_MODEL_BENCHMARK(a100_tf32_chain, float, "f32");
+GEMM_MODEL_BENCHMARK(ada_tf32_chain, float, "f32");
+GEMM_MODEL_BENCHMARK(h100_tf32_chain, float, "f32");
+GEMM_MODEL_BENCHMARK(b200_tf32_chain, float, "f32");
+GEMM_MODEL_BENCHMARK(avx512_bf16_gemm, Eigen::bfloat16, "bf16");
+GEMM_MODEL_BENCHMARK(mi100_mfma_chain, Eigen::half, "f16");
+GEMM_MODEL_BENCHMARK(mi300_mfma_chain, Eigen::bfloat16, "bf16");
+GEMM_MODEL_BENCHMARK(mi300_mfma_chain, float, "f32");
 
 /// Block-scaled GEMMs (B200 kind::mxf8f6f4 and kind::mxf4nvf4) through block_gemm: the same
 /// values, scales of one binade around 1 (E8M0) or UE4M3 scales in [1, 2).
