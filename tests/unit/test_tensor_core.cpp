@@ -4,6 +4,7 @@
 #include <scalify/scalify.hpp>
 
 #include "../support/mma_capture.hpp"
+#include "../support/gemm_reference.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -78,17 +79,7 @@ void check_gemm_against_dot(std::size_t m, std::size_t k, std::size_t n, unsigne
     const xt::xarray<float> d = tc::gemm<Model>(a, b);
     REQUIRE(d.shape()[0] == m);
     REQUIRE(d.shape()[1] == n);
-    std::vector<TA> row(k);
-    std::vector<TB> column(k);
-    std::size_t mismatches = 0;
-    for (std::size_t i = 0; i < m; ++i) {
-        for (std::size_t p = 0; p < k; ++p) row[p] = a(i, p);
-        for (std::size_t j = 0; j < n; ++j) {
-            for (std::size_t p = 0; p < k; ++p) column[p] = b(p, j);
-            const float want = tc::gemm_dot<Model>(row, column);
-            mismatches += bits(d(i, j)) == bits(want) ? 0 : 1;
-        }
-    }
+    const std::size_t mismatches = m * n - scalify::testing::outputs_agreeing_with_gemm_dot<Model>(d, a, b);
     const xt::xarray<float> a_values = xt::cast<float>(a), b_values = xt::cast<float>(b);
     std::vector<float> on_grid(m * n, -1.0f);
     tc::detail::gemm_into_on_grid<Model, TA, TB>(a_values.data(), b_values.data(), m, k, n, on_grid.data());
@@ -427,15 +418,7 @@ TEST_CASE("b200_qmma_chain's lanes round ties to even and cut terms toward zero,
             b(200, j) = T(tiny);
         }
         const xt::xarray<float> d = tc::gemm<tc::b200_qmma_chain>(a, b);
-        std::vector<T> row(k), column(k);
-        std::size_t mismatches = 0;
-        for (std::size_t i = 0; i < 2; ++i) {
-            for (std::size_t p = 0; p < k; ++p) row[p] = a(i, p);
-            for (std::size_t j = 0; j < n; ++j) {
-                for (std::size_t p = 0; p < k; ++p) column[p] = b(p, j);
-                mismatches += bits(d(i, j)) == bits(tc::gemm_dot<tc::b200_qmma_chain>(row, column)) ? 0 : 1;
-            }
-        }
+        const std::size_t mismatches = 2 * n - scalify::testing::outputs_agreeing_with_gemm_dot<tc::b200_qmma_chain>(d, a, b);
         INFO((cut ? "with" : "without") << " the cut term, tiny " << tiny);
         CHECK(mismatches == 0);
         for (std::size_t j = 0; j < n; ++j) {
@@ -474,16 +457,7 @@ TEST_CASE("bf16 gemm runs the lanes where the data keep results in float32's nor
     auto b = bf16_matrix(200, 35);
     const auto check = [&] {
         const xt::xarray<float> d = tc::gemm<tc::h100_hmma_chain>(a, b);
-        std::vector<Eigen::bfloat16> row(200), column(200);
-        std::size_t mismatches = 0;
-        for (std::size_t i = 0; i < 6; ++i) {
-            for (std::size_t p = 0; p < 200; ++p) row[p] = a(i, p);
-            for (std::size_t j = 0; j < 35; ++j) {
-                for (std::size_t p = 0; p < 200; ++p) column[p] = b(p, j);
-                mismatches += bits(d(i, j)) == bits(tc::gemm_dot<tc::h100_hmma_chain>(row, column)) ? 0 : 1;
-            }
-        }
-        return mismatches;
+        return 6 * 35 - scalify::testing::outputs_agreeing_with_gemm_dot<tc::h100_hmma_chain>(d, a, b);
     };
     CHECK(check() == 0);  // exponents within +-45: the lanes
     a(3, 7) = Eigen::bfloat16(0x1p100f);  // products up to 2^145: out of range, the reference engine
@@ -736,11 +710,8 @@ void unified_check_promotion(std::size_t group)
     const xt::xarray<float> d = tc::gemm<Promoted>(a, b);
     for (std::size_t i = 0; i < m; ++i) {
         for (std::size_t j = 0; j < n; ++j) {
-            std::vector<T> row(k), column(k);
-            for (std::size_t p = 0; p < k; ++p) {
-                row[p] = a(i, p);
-                column[p] = b(p, j);
-            }
+            const auto row = scalify::testing::row_of(a, i);
+            const auto column = scalify::testing::column_of(b, j);
             float total = 0.0f;
             for (std::size_t s = 0; s < k; s += group) {
                 const std::size_t len = std::min(group, k - s);

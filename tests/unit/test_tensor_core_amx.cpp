@@ -7,6 +7,8 @@
 #include <scalify/scalify.hpp>
 #include <scalify/tensor_core/amx.hpp>
 
+#include "../support/gemm_reference.hpp"
+
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -186,20 +188,6 @@ inline std::pair<xt::xarray<T>, xt::xarray<T>> drawn_operands(std::size_t m, std
     for (std::size_t p = 0; p < k; ++p)
         for (std::size_t j = 0; j < n; ++j) draw(b(p, j), static_cast<int>(j));
     return {std::move(a), std::move(b)};
-}
-
-/// Row i of a and column j of b, the operands of output (i, j).
-template <class T>
-inline std::pair<std::vector<T>, std::vector<T>> row_and_column(const xt::xarray<T>& a, const xt::xarray<T>& b, std::size_t i,
-                                                                std::size_t j)
-{
-    const std::size_t k = a.shape()[1];
-    std::vector<T> row(k), column(k);
-    for (std::size_t p = 0; p < k; ++p) {
-        row[p] = a(i, p);
-        column[p] = b(p, j);
-    }
-    return {std::move(row), std::move(column)};
 }
 
 /// f() with the FPU's rounding mode set to `mode`, the previous one restored.
@@ -563,7 +551,8 @@ TEST_CASE("gemm<amx_bf16_gemm> and gemm<avx512_bf16_gemm> chain their instructio
         for (std::size_t i = 0; i < m * n; ++i) CHECK(bits_of(on_grid[i]) == bits_of(amx.data()[i]));
         for (std::size_t i = 0; i < m; ++i) {
             for (std::size_t j = 0; j < n; ++j) {
-                const auto [row, column] = row_and_column(a, b, i, j);
+                const auto row = scalify::testing::row_of(a, i);
+                const auto column = scalify::testing::column_of(b, j);
                 // Instructions of 32 (AMX) and 2 (AVX512) products, each result the next one's C;
                 // an odd K ends with a zero product.
                 const float amx_chain = instruction_loop<tc::amx_bf16>(row, column);
@@ -599,7 +588,8 @@ TEST_CASE("gemm<amx_bf16_gemm> and gemm<avx512_bf16_gemm> chain their instructio
             });
             for (std::size_t i = 0; i < m; ++i) {
                 for (std::size_t j = 0; j < n; ++j) {
-                    const auto [row, column] = row_and_column(a, b, i, j);
+                    const auto row = scalify::testing::row_of(a, i);
+                    const auto column = scalify::testing::column_of(b, j);
                     INFO("mode " << mode << ", K = " << k << ", output " << i << ", " << j);
                     CHECK(bits_of(amx(i, j)) == bits_of(tc::gemm_dot<tc::amx_bf16_gemm>(row, column)));
                     CHECK(bits_of(avx(i, j)) == bits_of(tc::gemm_dot<tc::avx512_bf16_gemm>(row, column)));
@@ -674,7 +664,8 @@ TEST_CASE("gemm<amx_fp16_gemm> chains TDPFP16PS along K, its float lanes equal t
             }
             for (std::size_t i = 0; i < m; ++i) {
                 for (std::size_t j = 0; j < n; ++j) {
-                    const auto [row, column] = row_and_column(a, b, i, j);
+                    const auto row = scalify::testing::row_of(a, i);
+                    const auto column = scalify::testing::column_of(b, j);
                     INFO("mode " << mode << ", K = " << k << ", output " << i << ", " << j);
                     const std::uint32_t loop = bits_of(instruction_loop<tc::amx_fp16>(row, column));
                     CHECK(bits_of(amx(i, j)) == loop);

@@ -6,6 +6,8 @@
 #include <scalify/scalify.hpp>
 #include <scalify/tensor_core/cdna.hpp>
 
+#include "../support/gemm_reference.hpp"
+
 #include <catch2/catch.hpp>
 
 #include <array>
@@ -399,11 +401,8 @@ TEST_CASE("tensor_core_cdna: shapes, and the GEMM chains against chains of dot",
     const auto g100 = tc::gemm<tc::mi100_mfma_chain>(x, y);
     for (std::size_t i = 0; i < m; ++i)
         for (std::size_t j = 0; j < n; ++j) {
-            std::vector<f16> row(k), col(k);
-            for (std::size_t p = 0; p < k; ++p) {
-                row[p] = x(i, p);
-                col[p] = y(p, j);
-            }
+            const auto row = scalify::testing::row_of(x, i);
+            const auto col = scalify::testing::column_of(y, j);
             // K = 40: five blocks of 8 on the MI300, ten of 4 on the MI100 and MI250.
             float c300 = 0.0f;
             for (std::size_t s = 0; s < k; s += 8)
@@ -450,20 +449,7 @@ T random_operand(std::mt19937& rng, int mode)
 template <class Model, class TA, class TB>
 std::size_t outputs_matching_gemm_dot(const xt::xarray<TA>& a, const xt::xarray<TB>& b)
 {
-    const auto g = tc::gemm<Model>(a, b);
-    const std::size_t m = a.shape()[0], k = a.shape()[1], n = b.shape()[1];
-    std::size_t same = 0;
-    std::vector<TA> row(k);
-    std::vector<TB> col(k);
-    for (std::size_t i = 0; i < m; ++i)
-        for (std::size_t j = 0; j < n; ++j) {
-            for (std::size_t p = 0; p < k; ++p) {
-                row[p] = a(i, p);
-                col[p] = b(p, j);
-            }
-            same += same_result(bits_of(g(i, j)), bits_of(tc::gemm_dot<Model>(row, col))) ? 1 : 0;
-        }
-    return same;
+    return scalify::testing::outputs_agreeing_with_gemm_dot<Model>(tc::gemm<Model>(a, b), a, b, same_result);
 }
 
 template <class Model, class TA, class TB>

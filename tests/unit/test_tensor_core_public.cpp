@@ -6,6 +6,7 @@
 // hand-made cases; each unit's GEMM chain against loops of its instruction.
 #include <scalify/scalify.hpp>
 
+#include "../support/gemm_reference.hpp"
 #include "../support/tensor_core_public.hpp"
 
 #include <catch2/catch.hpp>
@@ -252,15 +253,7 @@ void check_chain(std::size_t m, std::size_t k, std::size_t n, unsigned seed)
     const auto a = random_codes<T>(m, k, rng);
     const auto b = random_codes<T>(k, n, rng);
     const xt::xarray<float> d = tc::gemm<Model>(a, b);
-    std::vector<T> row(k), column(k);
-    std::size_t mismatches = 0;
-    for (std::size_t i = 0; i < m; ++i) {
-        for (std::size_t p = 0; p < k; ++p) row[p] = a(i, p);
-        for (std::size_t j = 0; j < n; ++j) {
-            for (std::size_t p = 0; p < k; ++p) column[p] = b(p, j);
-            mismatches += bits_of(d(i, j)) == bits_of(tc::gemm_dot<Model>(row, column)) ? 0 : 1;
-        }
-    }
+    const std::size_t mismatches = m * n - scalify::testing::outputs_agreeing_with_gemm_dot<Model>(d, a, b);
     const xt::xarray<float> a_values = xt::cast<float>(a), b_values = xt::cast<float>(b);
     std::vector<float> on_grid(m * n, -1.0f);
     tc::detail::gemm_into_on_grid<Model, T, T>(a_values.data(), b_values.data(), m, k, n, on_grid.data());
@@ -597,15 +590,7 @@ void check_tf32_chain(const xt::xarray<float>& a, const xt::xarray<float>& b)
 {
     const std::size_t m = a.shape()[0], k = a.shape()[1], n = b.shape()[1];
     const xt::xarray<float> d = tc::gemm<Model>(a, b);
-    std::vector<float> row(k), column(k);
-    std::size_t mismatches = 0;
-    for (std::size_t i = 0; i < m; ++i) {
-        for (std::size_t p = 0; p < k; ++p) row[p] = a(i, p);
-        for (std::size_t j = 0; j < n; ++j) {
-            for (std::size_t p = 0; p < k; ++p) column[p] = b(p, j);
-            mismatches += bits_of(d(i, j)) == bits_of(tc::gemm_dot<Model>(row, column)) ? 0 : 1;
-        }
-    }
+    const std::size_t mismatches = m * n - scalify::testing::outputs_agreeing_with_gemm_dot<Model>(d, a, b);
     INFO(Model::name << " " << m << "x" << k << "x" << n);
     CHECK(mismatches == 0);
 }
