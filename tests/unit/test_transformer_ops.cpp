@@ -434,6 +434,9 @@ TEST_CASE("layer_norm with gain and bias: one op, the composition's bits and sca
     check_fused_layer_norm<natural_scaling>(x, gain, bias, weights);
     check_fused_layer_norm<unit_scaling>(x, gain, bias, weights);
     check_fused_layer_norm<default_scaling>(x, gain, bias, weights);
+    // One lane (a 1-D x): the bias's cotangent is the cotangent itself.
+    check_fused_layer_norm<unit_scaling>(random_array<float, pow2_scale>(rng, {16}, 2.0f), gain, bias,
+                                         random_array<float, pow2_scale>(rng, {16}, 1.0f));
     // A bias at a larger scale than the product: the product rescaled into the sum.
     check_fused_layer_norm<natural_scaling>(x, gain, F(bias.data(), 64.0f), weights);
     // float32 scales that are not powers of two, and float64.

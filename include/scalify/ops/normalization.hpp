@@ -336,7 +336,8 @@ template <class T, class P>
 
 /// The cotangents of x, gain and bias for y = layer_norm(x) * gain + bias (the fused op) from
 /// y's cotangent g: the bits add_vjp, mul_vjp and layer_norm_vjp give one after the other, in
-/// two passes over g (the bias's sum, then the gain's sum with the normalised cotangent); the
+/// one pass over g (the bias's and the gain's sums with the normalised cotangent) and
+/// layer_norm_vjp's; the
 /// ops one by one where a zero or out-of-range scale takes their special cases.
 template <class Strategy, class T, class P>
 [[nodiscard]] std::tuple<ScaledArray<T, P>, ScaledArray<T, P>, ScaledArray<T, P>> affine_normalise_vjp(
@@ -348,7 +349,7 @@ template <class Strategy, class T, class P>
     using to_normalised_tag = ops::vjp<ops::mul, 0>;
     using to_gain_tag = ops::vjp<ops::mul, 1>;
     const std::size_t length = gain.size(), lanes = x.size() / length;
-    auto db = unbroadcast<Strategy, ops::vjp<ops::add, 1>>(g, bias.shape());
+    using to_bias_tag = ops::vjp<ops::add, 1>;
     // mul_vjp's requests: the normalised cotangent g * gain, the gain's g * normalised summed.
     const scale_request to_normalised =
         two_input_request(static_cast<float>(double(g.scale()) * gain.scale()), g.scale(), gain.scale(), single_magnitude(gain));
@@ -366,17 +367,20 @@ template <class Strategy, class T, class P>
         ScaledArray<T, P> normalised = normalise_last_axis<ops::layer_norm, true, Strategy, void>("layer_norm", x, eps, stats);
         auto [dn, dgain] = mul_vjp<Strategy>(g, normalised, gain);
         return {normalise_last_axis_vjp<ops::layer_norm, true, Strategy, void>("layer_norm_vjp", dn, x, eps, stats), std::move(dgain),
-                std::move(db)};
+                unbroadcast<Strategy, to_bias_tag>(g, bias.shape())};
     }
     // One pass in row order (the order of reduce's sum over leading axes): the normalised
-    // cotangent stored, the gain's products summed.
+    // cotangent stored, the gain's products and the bias's cotangent summed. (A 1-D x has no
+    // leading axis: the bias's cotangent is g itself, as unbroadcast gives it.)
+    const bool bias_summed = x.dimension() >= 2;
     xt::xarray<T> dn_data = xt::xarray<T>::from_shape(x.shape());
-    std::vector<C> gain_sums(length, C(0));
+    std::vector<C> gain_sums(length, C(0)), bias_sums(length, C(0));
     const T* gd = g.data().data();
     const T* d = x.data().data();
     const T* gn = gain.data().data();
     T* dn = dn_data.data();
     C* sums = gain_sums.data();
+    C* g_sums = bias_sums.data();
     for (std::size_t lane = 0; lane < lanes; ++lane) {
         const std::size_t base = lane * length;
         for (std::size_t j = 0; j < length; ++j) {
@@ -384,14 +388,23 @@ template <class Strategy, class T, class P>
             dn[base + j] = store<T>((gj * load(gn[j])) * *normalised_factor);
             const C product = store<T>((gj * normalised_datum(d, stats, base + j, lane, plan.normalised_factor)) * *gain_factor);
             sums[j] = sum_fn{}(sums[j], product);
+            g_sums[j] = sum_fn{}(g_sums[j], gj);
         }
     }
-    scale_request summed;  // reduce_by_rule's
-    summed.natural = gain_product_scale;
-    summed.input_scales[0] = gain_product_scale;
-    summed.contraction = std::max<std::size_t>(lanes, 1);
-    auto dgain = finish_by_rule<false, P, T, C>("vjp", gain.shape(), summed, rule_for<to_gain_tag, Strategy, P>(),
-                                                 [sums](std::size_t j) { return sums[j]; });
+    // reduce_by_rule's requests: natural the summed array's scale, lanes terms per output.
+    const auto summed_request = [lanes](float scale) {
+        scale_request summed;
+        summed.natural = scale;
+        summed.input_scales[0] = scale;
+        summed.contraction = std::max<std::size_t>(lanes, 1);
+        return summed;
+    };
+    auto dgain = finish_by_rule<false, P, T, C>("vjp", gain.shape(), summed_request(gain_product_scale),
+                                                 rule_for<to_gain_tag, Strategy, P>(), [sums](std::size_t j) { return sums[j]; });
+    auto db = bias_summed ? finish_by_rule<false, P, T, C>("vjp", bias.shape(), summed_request(g.scale()),
+                                                           rule_for<to_bias_tag, Strategy, P>(),
+                                                           [g_sums](std::size_t j) { return g_sums[j]; })
+                          : unbroadcast<Strategy, to_bias_tag>(g, bias.shape());
     auto dx = normalise_last_axis_vjp<ops::layer_norm, true, Strategy, void>(
         "layer_norm_vjp", ScaledArray<T, P>(std::move(dn_data), to_normalised.natural == 0.0f ? 0.0f : normalised_scale), x, eps, stats);
     return {std::move(dx), std::move(dgain), std::move(db)};
