@@ -8,7 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 
-namespace testing {
+namespace scalify::testing {
 
 template <class Policy>
 scalify::ScaledArray<float, Policy> unit_weights(std::uint64_t seed, std::size_t fan_in, std::size_t fan_out)
@@ -21,4 +21,4 @@ scalify::ScaledArray<float, Policy> unit_weights(std::uint64_t seed, std::size_t
     return scalify::ScaledArray<float, Policy>(std::move(data), 1.0f / std::sqrt(static_cast<float>(fan_in)));
 }
 
-}  // namespace testing
+}  // namespace scalify::testing
