@@ -334,6 +334,27 @@ template <class T, class P>
     return result;
 }
 
+/// One lane of affine_normalise_vjp's pass: the normalised cotangent stored, the gain's products
+/// and the bias's cotangent added to the running column sums. Its own function with restricted
+/// pointers and the factors in registers, so that the compiler vectorises it (in the caller a store
+/// could alias the optional factors and the statistics: the loop stayed scalar, 4 % of a step).
+template <class T, class C>
+[[gnu::always_inline]] inline void affine_normalise_vjp_lane(const T* __restrict g, const T* __restrict x, const T* __restrict gain,
+                                                             T* __restrict dn, C* __restrict gain_sums, C* __restrict bias_sums,
+                                                             std::size_t length, bool zero_scale, double mean, double inverse_sigma,
+                                                             C datum_factor, C normalised_factor, C gain_factor) noexcept
+{
+    for (std::size_t j = 0; j < length; ++j) {
+        const C gj = load(g[j]);
+        dn[j] = store<T>((gj * load(gain[j])) * normalised_factor);
+        // normalised_datum's value
+        const C normalised = bit_select(zero_scale, C(0), static_cast<C>((double(load(x[j])) - mean) * inverse_sigma)) * datum_factor;
+        const C product = store<T>((gj * normalised) * gain_factor);
+        gain_sums[j] = sum_fn{}(gain_sums[j], product);
+        bias_sums[j] = sum_fn{}(bias_sums[j], gj);
+    }
+}
+
 /// The cotangents of x, gain and bias for y = layer_norm(x) * gain + bias (the fused op) from
 /// y's cotangent g: the bits add_vjp, mul_vjp and layer_norm_vjp give one after the other, in
 /// one pass over g (the bias's and the gain's sums with the normalised cotangent) and
@@ -375,21 +396,11 @@ template <class Strategy, class T, class P>
     const bool bias_summed = x.dimension() >= 2;
     xt::xarray<T> dn_data = xt::xarray<T>::from_shape(x.shape());
     std::vector<C> gain_sums(length, C(0)), bias_sums(length, C(0));
-    const T* gd = g.data().data();
-    const T* d = x.data().data();
-    const T* gn = gain.data().data();
-    T* dn = dn_data.data();
-    C* sums = gain_sums.data();
-    C* g_sums = bias_sums.data();
     for (std::size_t lane = 0; lane < lanes; ++lane) {
         const std::size_t base = lane * length;
-        for (std::size_t j = 0; j < length; ++j) {
-            const C gj = load(gd[base + j]);
-            dn[base + j] = store<T>((gj * load(gn[j])) * *normalised_factor);
-            const C product = store<T>((gj * normalised_datum(d, stats, base + j, lane, plan.normalised_factor)) * *gain_factor);
-            sums[j] = sum_fn{}(sums[j], product);
-            g_sums[j] = sum_fn{}(g_sums[j], gj);
-        }
+        affine_normalise_vjp_lane<T>(g.data().data() + base, x.data().data() + base, gain.data().data(), dn_data.data() + base,
+                                     gain_sums.data(), bias_sums.data(), length, stats.zero_scale, stats.mean[lane],
+                                     stats.inverse_sigma[lane], plan.normalised_factor, *normalised_factor, *gain_factor);
     }
     // reduce_by_rule's requests: natural the summed array's scale, lanes terms per output.
     const auto summed_request = [lanes](float scale) {
@@ -400,10 +411,10 @@ template <class Strategy, class T, class P>
         return summed;
     };
     auto dgain = finish_by_rule<false, P, T, C>("vjp", gain.shape(), summed_request(gain_product_scale),
-                                                 rule_for<to_gain_tag, Strategy, P>(), [sums](std::size_t j) { return sums[j]; });
+                                                 rule_for<to_gain_tag, Strategy, P>(), [&gain_sums](std::size_t j) { return gain_sums[j]; });
     auto db = bias_summed ? finish_by_rule<false, P, T, C>("vjp", bias.shape(), summed_request(g.scale()),
                                                            rule_for<to_bias_tag, Strategy, P>(),
-                                                           [g_sums](std::size_t j) { return g_sums[j]; })
+                                                           [&bias_sums](std::size_t j) { return bias_sums[j]; })
                           : unbroadcast<Strategy, to_bias_tag>(g, bias.shape());
     auto dx = normalise_last_axis_vjp<ops::layer_norm, true, Strategy, void>(
         "layer_norm_vjp", ScaledArray<T, P>(std::move(dn_data), to_normalised.natural == 0.0f ? 0.0f : normalised_scale), x, eps, stats);
