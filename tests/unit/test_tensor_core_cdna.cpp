@@ -21,6 +21,10 @@
 #include <string>
 #include <vector>
 
+#if defined(__SSE__) || defined(_M_X64)
+#include <xmmintrin.h>
+#endif
+
 namespace tc_cdna {
 
 using namespace scalify;
@@ -582,6 +586,71 @@ TEST_CASE("tensor_core_cdna: CDNA3's float lanes for bf16 and xf32 give the exac
     for (int round = 0; round < 2; ++round) {
         check_long_chains<tc::mi300_mfma_chain, bf16, bf16, true>(rng);
         check_long_chains<tc::mi300_mfma_chain, float, float, true>(rng);
+    }
+}
+
+/// Restores the thread's MXCSR (x86) on the way out.
+struct mxcsr_restored {
+#if defined(__SSE__) || defined(_M_X64)
+    unsigned saved = _mm_getcsr();
+    ~mxcsr_restored() { _mm_setcsr(saved); }
+#endif
+};
+
+TEST_CASE("tensor_core_cdna: CDNA3's xf32 lanes join C far below and far above the block, and on the paths' edges",
+          "[tensor_core][cdna]")
+{
+    // xf32's join (blocks of 4) takes one of two paths by d = ec - e: C's significand brought onto
+    // the block's units (d <= 5), or the block's sum onto C's (d >= 6). Chains whose C lies far
+    // below the block (tiny products first, then products near 2^110: d below -150, C of both
+    // signs rounded down onto the block's units), that sweep d across 5 and 6 with few-bit
+    // operands (ties of the last rounding), that cancel block by block, and whose tiny C meets
+    // blocks of zero products with e from -108 to -103 (where the lanes clamp e); under FTZ and
+    // DAZ too (built with AVX-512, the lanes of that thread then take the portable form).
+    std::mt19937 rng(20261128);
+    const std::size_t m = 8, k = 1024, n = 70;
+    const auto signed_binade = [&](int low, int high) {
+        const float f = (rng() % 2 ? 1.0f : -1.0f) * (1.0f + static_cast<float>(rng() % 1024) / 1024.0f);
+        return std::ldexp(f, std::uniform_int_distribution<int>(low, high)(rng));
+    };
+    // Inside the lanes' bounds: +-[1, 2) 2^[-51, -47], then 2^[54, 60].
+    const auto tiny_then_huge = [&](std::size_t p) { return p < k / 2 ? signed_binade(-51, -47) : signed_binade(54, 60); };
+    const auto stepped = [&](std::size_t p) {
+        // Few-bit values whose scale climbs and falls by block, so that C and the blocks cross.
+        const int step = static_cast<int>((p / 4) % 24) - 12;
+        return static_cast<float>(std::uniform_int_distribution<int>(-3, 3)(rng)) * std::ldexp(1.0f, step / 2 + static_cast<int>(rng() % 2));
+    };
+    const auto tiny_then_zero = [&](std::size_t p) { return p < 4 ? signed_binade(-51, -50) : 0.0f; };
+    const auto tiny_then_moderate = [&](std::size_t p) { return p < 4 ? signed_binade(-51, -50) : signed_binade(18, 23); };
+    const auto drawn = [&](auto&& draw_a, auto&& draw_b, bool cancel) {
+        xt::xarray<float> a = xt::xarray<float>::from_shape({m, k});
+        xt::xarray<float> b = xt::xarray<float>::from_shape({k, n});
+        for (std::size_t i = 0; i < m; ++i)
+            for (std::size_t p = 0; p < k; ++p) a(i, p) = draw_a(p);
+        for (std::size_t p = 0; p < k; ++p)
+            for (std::size_t j = 0; j < n; ++j) b(p, j) = draw_b(p);
+        if (cancel) {
+            for (std::size_t p = 4; p < k; p += 8)
+                for (std::size_t q = p; q < p + 4; ++q) {
+                    for (std::size_t i = 0; i < m; ++i) a(i, q) = a(i, q - 4);
+                    for (std::size_t j = 0; j < n; ++j) b(q, j) = -b(q - 4, j);
+                }
+        }
+        return std::pair{a, b};
+    };
+    for (int flush = 0; flush < 2; ++flush) {
+        const mxcsr_restored guard;
+#if defined(__SSE__) || defined(_M_X64)
+        if (flush != 0) _mm_setcsr(_mm_getcsr() | 0x8040u);  // FTZ and DAZ
+#endif
+        for (int round = 0; round < 5; ++round) {
+            const bool cancel = round % 2 != 0;
+            const auto [a, b] = round < 2   ? drawn(tiny_then_huge, tiny_then_huge, cancel)
+                                : round < 4 ? drawn(stepped, stepped, cancel)
+                                            : drawn(tiny_then_zero, tiny_then_moderate, false);
+            CAPTURE(flush, round);
+            CHECK(outputs_matching_gemm_dot<tc::mi300_mfma_chain>(a, b) == m * n);
+        }
     }
 }
 
