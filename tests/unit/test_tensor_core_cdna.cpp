@@ -587,6 +587,20 @@ TEST_CASE("tensor_core_cdna: CDNA3's float lanes for bf16 and xf32 give the exac
         check_long_chains<tc::mi300_mfma_chain, bf16, bf16, true>(rng);
         check_long_chains<tc::mi300_mfma_chain, float, float, true>(rng);
     }
+    // A column's operand past the lanes' range (2^100, its column takes the exact chain) beside a
+    // row's operand near the bound (2^59): the lanes that the column's outputs discard are still
+    // computed, and its exponent must not reach their scale (the cut to int32 overflowed there).
+    std::normal_distribution<float> normal;
+    const auto wide_pair = [&]<class T>(T) {
+        auto [a, b] = drawn_operands<T, T>(3, 12, 5, [&] { return T(normal(rng)); }, [&] { return T(normal(rng)); });
+        for (std::size_t i = 0; i < 3; ++i) a(i, 5) = T(0x1p59f);
+        b(5, 3) = T(0x1p100f);
+        b(6, 1) = T(-0x1p120f);
+        CAPTURE(element_name<T>);
+        CHECK(outputs_matching_gemm_dot<tc::mi300_mfma_chain>(a, b) == 15);
+    };
+    wide_pair(bf16{});
+    wide_pair(float{});
 }
 
 /// Restores the thread's MXCSR (x86) on the way out.

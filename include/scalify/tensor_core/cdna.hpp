@@ -610,9 +610,10 @@ inline constexpr fp8_lane_tables<T> fp8_lanes = [] {
     for (std::size_t code = 0; code < 256; ++code) {
         const lane_operand o = lane_table<T>[code];
         const bool zero = o.exponent == lane_zero_exponent;
-        t.value[code] = o.value;
-        t.exponent[code] = static_cast<std::int16_t>(zero ? -126 : int{o.exponent});
         t.wild[code] = o.special || (!zero && o.exponent > 63) ? 1 : 0;
+        // A wild code enters the (discarded) lanes as a zero, as float_lane_parts' bf16 and xf32.
+        t.value[code] = t.wild[code] != 0 ? 0.0f : o.value;
+        t.exponent[code] = static_cast<std::int16_t>(zero || t.wild[code] != 0 ? -126 : int{o.exponent});
     }
     return t;
 }();
@@ -658,8 +659,11 @@ inline void float_lane_parts(const T& x, std::uint32_t& value, std::int16_t& exp
         // Bitwise, not ||: GCC turns the short-circuit form into a conditional reduction it
         // cannot vectorise.
         wild = static_cast<unsigned>(!zero) & (static_cast<unsigned>(field > 127 + 60) | static_cast<unsigned>(field < 127 - 51));
+        // A wild operand's lanes are discarded (its row or column takes the exact chain), but they
+        // are computed: it enters them as a zero, exponent included, so that no block's scale
+        // comes from an exponent past the lanes' range (the products' cut to int32 would overflow).
         value = bits & (wild - 1u);
-        exponent = static_cast<std::int16_t>(zero ? -126 : field - 127);
+        exponent = static_cast<std::int16_t>((zero | (wild != 0)) ? -126 : field - 127);
     } else {
         static_assert(sizeof(T) == 1, "float lanes: Eigen::half, bf16, float (xf32) and 8-bit operands");
         const unsigned code = code_of(x);
