@@ -78,6 +78,27 @@ public:
         return visit_held(std::move(*this), std::forward<F>(f));
     }
 
+    /// f(const ScaledArray<W, P>&) with W = double for a float64 gradient and W = float for every
+    /// other (the narrower ones widened exactly, same scale; a float32 one not copied): for a
+    /// consumer that computes in float or double (an optimiser), two instantiations of f instead
+    /// of one per gradient type, with the values every type's own would read. autodiff_error when
+    /// empty.
+    template <class F>
+    decltype(auto) visit_widened(F&& f) const
+    {
+        if (const auto* wide = std::get_if<ScaledArray<double, P>>(&m_array)) return std::forward<F>(f)(*wide);
+        if (const auto* single = std::get_if<ScaledArray<float, P>>(&m_array)) return std::forward<F>(f)(*single);
+        // The narrow types' values are floats: widened element by element (no rounding, no check).
+        const ScaledArray<float, P> widened = visit([](const auto& narrow) {
+            xt::xarray<float> data = xt::xarray<float>::from_shape(narrow.shape());
+            const auto* in = narrow.data().data();
+            float* out = data.data();
+            for (std::size_t i = 0; i < data.size(); ++i) out[i] = static_cast<float>(scalify::detail::load(in[i]));
+            return ScaledArray<float, P>(std::move(data), narrow.scale());
+        });
+        return std::forward<F>(f)(widened);
+    }
+
     /// The gradient as element type U: a copy when it holds U, else a cast (nearest even).
     template <ScaledElement U>
     [[nodiscard]] ScaledArray<U, P> as() const

@@ -165,7 +165,8 @@ private:
     {
         using M = compute_t<T>;
         moments<M>& held = std::get<moments<M>>(state);
-        g.visit([&](const auto& ga) {
+        // Narrow gradients widened to float first: W and every product are what their own types give.
+        g.visit_widened([&](const auto& ga) {
             using G = typename std::remove_cvref_t<decltype(ga)>::value_type;
             using W = std::common_type_t<compute_t<G>, M>;  // a float64 gradient of a float32 parameter scales in double
             const W g_scale = static_cast<W>(ga.scale());

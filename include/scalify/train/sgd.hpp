@@ -54,7 +54,7 @@ private:
     template <class T, class P>
     void apply(ScaledArray<T, P>& p, const gradient<P>& g) const
     {
-        g.visit([&](const auto& ga) {
+        g.visit_widened([&](const auto& ga) {  // computed in the parameter's type: float32 and float64 gradients suffice
             if (!std::equal(ga.shape().begin(), ga.shape().end(), p.shape().begin(), p.shape().end())) {
                 SCALIFY_THROW(shape_error(fmt::format("sgd: gradient of shape {} for a parameter of shape {}",
                                                       shape_string(ga.shape()), shape_string(p.shape()))));
