@@ -44,6 +44,23 @@ bool same_gradient(const ad::gradient<P>& x, const ad::gradient<P>& y)
     });
 }
 
+/// gradient::visit_widened hands over the values the held type has, under the same scale.
+template <class P>
+bool widened_as_held(const ad::gradient<P>& g)
+{
+    return g.visit_widened([&](const auto& wide) {
+        return g.visit([&](const auto& held) {
+            if (wide.scale() != held.scale() || wide.size() != held.size()) return false;
+            for (std::size_t i = 0; i < held.size(); ++i) {
+                const double a = double(scalify::detail::load(wide.data().data()[i]));
+                const double b = double(scalify::detail::load(held.data().data()[i]));
+                if (!(a == b || (a != a && b != b))) return false;
+            }
+            return true;
+        });
+    });
+}
+
 bool in_range(const ad::tensor_summary& s)
 {
     std::size_t size = 1;
@@ -84,6 +101,9 @@ void check_inspect(fuzz::reader& in, const chain& program, const std::array<Scal
         if (report.parameters.size() != 4 || report.ops.empty() || report.precision != recipe) fuzz::fail("inspect: wrong report size");
         for (std::size_t i = 0; i < 4; ++i) {
             if (!same_gradient(inspected.grads[i], reference->grads[i])) fuzz::fail("inspect's gradient differs from value_and_grad's");
+            if (!reference->grads[i].empty() && !widened_as_held(reference->grads[i])) {
+                fuzz::fail("gradient::visit_widened reads other values than the held type's");
+            }
             const ad::parameter_summary& p = report.parameters[i];
             if (p.node != i || p.gradient.type != inspected.grads[i].type_name() || p.gradient.scale != inspected.grads[i].scale() ||
                 p.value.scale != params[i].scale() || !in_range(p.value) || !in_range(p.gradient)) {
