@@ -545,6 +545,13 @@ template <CdnaModel Model, std::size_t Block, bool CheckTiny>
     constexpr std::size_t W = lane_width;
     constexpr bool F = Model::flush_subnormals;
     const auto fl = [](float x) { return F ? flush_lane(x) : x; };
+    // The flushes inside a block, on its products and its tree's sums, for bf16 only (CheckTiny:
+    // the pairwise units take f16 x f16 or bf16 x bf16). f16 operands, flushed from below 2^-14, are
+    // multiples of 2^-24: a nonzero product lies from 2^-28 and is a multiple of 2^-48, and so is
+    // the exact sum of two of them (nonzero: from 2^-48), whose float (multiple of 2^-71) beside
+    // another gives an exact sum that is 0 or from 2^-71: no value there falls below 2^-126, and
+    // the flush would leave each as it is. The accumulator's sum keeps its flush.
+    const auto fl_block = [](float x) { return F && CheckTiny ? flush_lane(x) : x; };
     alignas(64) float acc[W] = {};
     alignas(64) std::uint32_t bad[W] = {};
     // One loop over the lanes per block, each lane's products and tree in it: the form the
@@ -556,7 +563,7 @@ template <CdnaModel Model, std::size_t Block, bool CheckTiny>
             tiny |= static_cast<std::uint32_t>((r & 0x7f800000u) == 0) & static_cast<std::uint32_t>(x != 0.0f) &
                     static_cast<std::uint32_t>(y != 0.0f);
         }
-        return fl(raw + 0.0f);
+        return fl_block(raw + 0.0f);
     };
     for (std::size_t s = 0; s < kp; s += Block) {
         const float* y = b_block + s * W;
@@ -566,7 +573,7 @@ template <CdnaModel Model, std::size_t Block, bool CheckTiny>
                 std::uint32_t tiny = 0;
                 const float p0 = product(x0, y[j], tiny), p1 = product(x1, y[W + j], tiny);
                 const float p2 = product(x2, y[2 * W + j], tiny), p3 = product(x3, y[3 * W + j], tiny);
-                acc[j] = fl(acc[j] + fl(fl(p0 + p1) + fl(p2 + p3)));
+                acc[j] = fl(acc[j] + fl_block(fl_block(p0 + p1) + fl_block(p2 + p3)));
                 bad[j] |= tiny;
             }
         } else {
@@ -574,7 +581,7 @@ template <CdnaModel Model, std::size_t Block, bool CheckTiny>
             for (std::size_t j = 0; j < W; ++j) {
                 std::uint32_t tiny = 0;
                 const float p0 = product(x0, y[j], tiny), p1 = product(x1, y[W + j], tiny);
-                acc[j] = fl(acc[j] + fl(p0 + p1));
+                acc[j] = fl(acc[j] + fl_block(p0 + p1));
                 bad[j] |= tiny;
             }
         }
