@@ -904,28 +904,31 @@ template <std::size_t Block, bool EvenOdd>
 #endif
 
 #if defined(__AVX2__) && defined(__FMA__) && !(defined(__AVX512F__) && defined(__AVX512BW__))
-/// fused_lanes for blocks of Block products summed as one (xf32: 4; f16, bf16: 8) in AVX2 vectors
-/// of 8 lanes: the bits of fused_lanes_generic, with fused_lanes_xf32_avx512's join (its comment
-/// has the argument: every result is +0 or a nonzero multiple of 2^-126, e clamped at -102), where
-/// AVX2 has no embedded rounding:
+/// fused_lanes for blocks of Block products (xf32: 4; f16, bf16: 8; fp8: 16, its even and odd
+/// products summed apart, EvenOdd) in AVX2 vectors of 8 lanes: the bits of fused_lanes_generic
+/// (the same operands, products, cuts and shifts), with fused_lanes_xf32_avx512's join (its comment
+/// has the argument: every result is +0 or a nonzero multiple of 2^-126, e clamped at -102, and a
+/// half's too, where all its products are zero), where AVX2 has no embedded rounding:
 /// - d <= 5: floor(C * 2^(24 - e)) from the product rounded to nearest, then floored. The product
 ///   is exact unless it falls below 2^-126 (C at most 2^-96 beside e up to 120), where the
 ///   nearest rounding of a positive one floors to 0, as the exact one, and of a negative one
 ///   gives -0 or a negative subnormal: the floor of a negative C's product is at most -1, a min
-///   with -1 for the lanes whose C is negative (C is never -0).
+///   with -1 for the lanes whose C is negative (C is never -0). EvenOdd: 0 for d < -25 (C is
+///   dropped, join_float_lane<true>).
 /// - d >= 6: Block 4 as fused_lanes_xf32_avx512 (x rounded to odd at 2^(ec - 26), exact in float
-///   as |x| < 2^29, then one FMA under the environment's nearest rounding). From Block 8 |s| < 2^29
-///   and |x| < 2^30: x * 2^(ec - 31) + C in double instead (33 bits: exact) and one conversion to
-///   float (nearest even, gradual underflow, overflow to inf), ec >= -96 there.
+///   as |x| < 2^29, then one FMA under the environment's nearest rounding). The longer blocks have
+///   |s| < 2^30 and |x| < 2^31: x * 2^(ec - 31) + C in double instead (33 bits: exact; ec >= -96)
+///   and one conversion to float (nearest even, gradual underflow, overflow to inf).
 /// The environment must round to nearest (the engine's check) with neither FTZ nor DAZ (fused_lanes).
-template <std::size_t Block>
-[[nodiscard]] inline std::uint32_t fused_lanes_sum_avx2(const float* a_val, const std::int16_t* a_exp,
-                                                        const float* b_val, const std::int16_t* b_exp,
-                                                        std::size_t kp, float* out) noexcept
+template <std::size_t Block, bool EvenOdd>
+[[nodiscard]] inline std::uint32_t fused_lanes_avx2(const float* a_val, const std::int16_t* a_exp,
+                                                    const float* b_val, const std::int16_t* b_exp, std::size_t kp,
+                                                    float* out) noexcept
 {
     constexpr std::size_t W = lane_width;
     static_assert(W == 32, "four vectors of 8 lanes");
-    static_assert(Block == 4 || Block == 8, "|s| < 2^29");
+    constexpr std::size_t halves = EvenOdd ? 2 : 1;
+    static_assert(Block == 4 || Block == 8 || (Block == 16 && EvenOdd), "|s| < 2^30");
     const __m256i exponent_field = _mm256_set1_epi32(0x7f800000);
     const __m256i e_plus_133 = _mm256_set1_epi32(284 << 23);  // minus (151 - e) << 23: (e + 133) << 23
     const __m256i unscale_from = _mm256_set1_epi32(254 << 23);  // minus 2^(24 - e)'s bits: 2^(e - 24)
@@ -934,47 +937,70 @@ template <std::size_t Block>
     const __m256i floor16 = _mm256_set1_epi16(-102);
     const __m256i bias16 = _mm256_set1_epi16(151);
     __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+    const auto widen = [](__m256i x16, __m256i* x32) {
+        x32[0] = _mm256_cvtepi16_epi32(_mm256_castsi256_si128(x16));
+        x32[1] = _mm256_cvtepi16_epi32(_mm256_extracti128_si256(x16, 1));
+    };
     for (std::size_t s = 0; s < kp; s += Block) {
         const float* av = a_val + s;
         const std::int16_t* ae = a_exp + s;
         const float* bv = b_val + s * W;
         const std::int16_t* be = b_exp + s * W;
-        __m256i k32[4];
+        // Per 8 lanes: each half's 151 - e_h (its scale 2^(24 - e_h)), the block's 151 - e and
+        // (EvenOdd) each half's shift e - e_h onto the block's units; the exponents in int16 lanes.
+        __m256i k_half[halves][4], k_block[4], shift[halves][4];
         for (std::size_t g = 0; g < 2; ++g) {
-            const auto* bg = reinterpret_cast<const __m256i*>(be + 16 * g);
-            __m256i e16 = _mm256_add_epi16(_mm256_set1_epi16(ae[0]), _mm256_loadu_si256(bg));
-            for (std::size_t q = 1; q < Block; ++q)
-                e16 = _mm256_max_epi16(e16, _mm256_add_epi16(_mm256_set1_epi16(ae[q]),
-                                                             _mm256_loadu_si256(reinterpret_cast<const __m256i*>(
-                                                                 be + q * W + 16 * g))));
-            const __m256i k16 = _mm256_sub_epi16(bias16, _mm256_max_epi16(e16, floor16));  // 151 - e in [31, 253]
-            k32[2 * g] = _mm256_cvtepi16_epi32(_mm256_castsi256_si128(k16));
-            k32[2 * g + 1] = _mm256_cvtepi16_epi32(_mm256_extracti128_si256(k16, 1));
-        }
-        for (std::size_t h = 0; h < 4; ++h) {
-            const float* b = bv + 8 * h;
-            const __m256i scale_bits = _mm256_slli_epi32(k32[h], 23);  // 2^(24 - e)
-            const __m256 scale = _mm256_castsi256_ps(scale_bits);
-            const auto cut = [&](std::size_t q) {
-                return _mm256_cvttps_epi32(
-                    _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(av[q]), _mm256_loadu_ps(b + q * W)), scale));
+            const auto exps = [&](std::size_t q) {
+                return _mm256_add_epi16(_mm256_set1_epi16(ae[q]),
+                                        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(be + q * W + 16 * g)));
             };
-            __m256i sum = _mm256_add_epi32(_mm256_add_epi32(cut(0), cut(1)), _mm256_add_epi32(cut(2), cut(3)));
-            if constexpr (Block == 8)
-                sum = _mm256_add_epi32(sum, _mm256_add_epi32(_mm256_add_epi32(cut(4), cut(5)),
-                                                             _mm256_add_epi32(cut(6), cut(7))));
-            const __m256 c = acc[h];
+            __m256i e16[halves];
+            for (std::size_t h = 0; h < halves; ++h) e16[h] = exps(h);
+            for (std::size_t q = halves; q < Block; ++q) e16[q % halves] = _mm256_max_epi16(e16[q % halves], exps(q));
+            for (std::size_t h = 0; h < halves; ++h) {
+                e16[h] = _mm256_max_epi16(e16[h], floor16);
+                widen(_mm256_sub_epi16(bias16, e16[h]), k_half[h] + 2 * g);  // 151 - e_h in [31, 253]
+            }
+            if constexpr (EvenOdd) {
+                const __m256i e = _mm256_max_epi16(e16[0], e16[1]);
+                widen(_mm256_sub_epi16(bias16, e), k_block + 2 * g);
+                for (std::size_t h = 0; h < halves; ++h) widen(_mm256_sub_epi16(e, e16[h]), shift[h] + 2 * g);
+            } else {
+                k_block[2 * g] = k_half[0][2 * g];
+                k_block[2 * g + 1] = k_half[0][2 * g + 1];
+            }
+        }
+        for (std::size_t v = 0; v < 4; ++v) {
+            const float* b = bv + 8 * v;
+            __m256i sum[halves];
+            for (std::size_t h = 0; h < halves; ++h) {
+                const __m256 scale = _mm256_castsi256_ps(_mm256_slli_epi32(k_half[h][v], 23));  // 2^(24 - e_h)
+                const auto cut = [&](std::size_t q) {
+                    return _mm256_cvttps_epi32(
+                        _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(av[q]), _mm256_loadu_ps(b + q * W)), scale));
+                };
+                sum[h] = _mm256_add_epi32(cut(h), cut(h + halves));
+                for (std::size_t q = h + 2 * halves; q < Block; q += 2 * halves)
+                    sum[h] = _mm256_add_epi32(sum[h], _mm256_add_epi32(cut(q), cut(q + halves)));
+            }
+            __m256i total = sum[0];  // units of 2^(e - 24)
+            if constexpr (EvenOdd)
+                total = _mm256_add_epi32(_mm256_srav_epi32(sum[0], shift[0][v]), _mm256_srav_epi32(sum[1], shift[1][v]));
+            const __m256i scale_bits = _mm256_slli_epi32(k_block[v], 23);  // 2^(24 - e)
+            const __m256 c = acc[v];
             const __m256i cb = _mm256_castps_si256(c);
             const __m256i field = _mm256_and_si256(cb, exponent_field);
             const __m256i d6 = _mm256_sub_epi32(field, _mm256_sub_epi32(e_plus_133, scale_bits));  // (d - 6) << 23
             const __m256 high = _mm256_castsi256_ps(_mm256_cmpgt_epi32(d6, minus_one));
             // d <= 5
-            __m256i c_low = _mm256_cvttps_epi32(_mm256_floor_ps(_mm256_mul_ps(c, scale)));
+            __m256i c_low = _mm256_cvttps_epi32(_mm256_floor_ps(_mm256_mul_ps(c, _mm256_castsi256_ps(scale_bits))));
             c_low = _mm256_min_epi32(c_low, _mm256_or_si256(_mm256_srai_epi32(cb, 31), int_max));
-            const __m256 z = _mm256_cvtepi32_ps(_mm256_add_epi32(sum, c_low));
+            if constexpr (EvenOdd)
+                c_low = _mm256_and_si256(c_low, _mm256_cmpgt_epi32(d6, _mm256_set1_epi32(-32 * (1 << 23))));  // d >= -25
+            const __m256 z = _mm256_cvtepi32_ps(_mm256_add_epi32(total, c_low));
             const __m256 low = _mm256_mul_ps(z, _mm256_castsi256_ps(_mm256_sub_epi32(unscale_from, scale_bits)));
             // d >= 6
-            const __m256i x = _mm256_srav_epi32(_mm256_slli_epi32(sum, 1), _mm256_srai_epi32(d6, 23));
+            const __m256i x = _mm256_srav_epi32(_mm256_slli_epi32(total, 1), _mm256_srai_epi32(d6, 23));
             __m256 above;
             if constexpr (Block == 4) {
                 const __m256i exact = _mm256_cmpeq_epi32(_mm256_and_si256(x, _mm256_set1_epi32(31)), _mm256_setzero_si256());
@@ -992,14 +1018,15 @@ template <std::size_t Block>
                                                    _mm256_cvtps_pd(_mm256_extractf128_ps(c, 1)));
                 above = _mm256_set_m128(_mm256_cvtpd_ps(hi), _mm256_cvtpd_ps(lo));
             }
-            acc[h] = _mm256_blendv_ps(low, above, high);
+            acc[v] = _mm256_blendv_ps(low, above, high);
         }
     }
     std::uint32_t mask = 0;
-    for (std::size_t h = 0; h < 4; ++h) {
-        _mm256_storeu_ps(out + 8 * h, acc[h]);
-        const __m256i finite = _mm256_cmpgt_epi32(exponent_field, _mm256_and_si256(_mm256_castps_si256(acc[h]), exponent_field));
-        mask |= static_cast<std::uint32_t>(~_mm256_movemask_ps(_mm256_castsi256_ps(finite)) & 0xff) << (8 * h);
+    for (std::size_t v = 0; v < 4; ++v) {
+        _mm256_storeu_ps(out + 8 * v, acc[v]);
+        const __m256i finite =
+            _mm256_cmpgt_epi32(exponent_field, _mm256_and_si256(_mm256_castps_si256(acc[v]), exponent_field));
+        mask |= static_cast<std::uint32_t>(~_mm256_movemask_ps(_mm256_castsi256_ps(finite)) & 0xff) << (8 * v);
     }
     return mask;
 }
@@ -1019,10 +1046,10 @@ template <std::size_t Block, bool EvenOdd>
             return fused_lanes_xf32_avx512(a_val, a_exp, b_val, b_exp, kp, out);
     }
 #elif defined(__AVX2__) && defined(__FMA__)
-    if constexpr ((Block == 4 || Block == 8) && !EvenOdd) {
+    if constexpr (((Block == 4 || Block == 8) && !EvenOdd) || (Block == 16 && EvenOdd)) {
         constexpr unsigned flush_to_zero = 0x8000u, denormals_are_zero = 0x0040u;
         if ((_mm_getcsr() & (flush_to_zero | denormals_are_zero)) == 0)
-            return fused_lanes_sum_avx2<Block>(a_val, a_exp, b_val, b_exp, kp, out);
+            return fused_lanes_avx2<Block, EvenOdd>(a_val, a_exp, b_val, b_exp, kp, out);
     }
 #endif
     return fused_lanes_generic<Block, EvenOdd>(a_val, a_exp, b_val, b_exp, kp, out);
