@@ -948,18 +948,20 @@ template <std::size_t Block, bool EvenOdd>
             const __m512i d6 = _mm512_sub_epi32(field, _mm512_sub_epi32(e_plus_133, scale_bits));  // (d - 6) << 23
             const __mmask16 high = _mm512_cmpge_epi32_mask(d6, _mm512_setzero_si512());
             // d <= 5
-            const __m512i c_low = _mm512_cvt_roundps_epi32(_mm512_mul_round_ps(c, scale, toward_negative), toward_negative);
+            const __m512i c_low =
+                _mm512_cvt_roundps_epi32(_mm512_mul_round_ps(c, scale, toward_negative), toward_negative);
             const __m512 z = _mm512_cvt_roundepi32_ps(_mm512_add_epi32(sum, c_low), nearest);
             const __m512 low = _mm512_mul_ps(z, _mm512_castsi512_ps(_mm512_sub_epi32(unscale_from, scale_bits)));
             // d >= 6
             const __m512i x = _mm512_srav_epi32(_mm512_slli_epi32(sum, 1), _mm512_srai_epi32(d6, 23));
             const __m512 ec = _mm512_castsi512_ps(field);  // 2^ec
             const auto join_high = [&](__m256i x8, __m256 ec8, __m256 c8) {
-                const __m512d exact = _mm512_fmadd_round_pd(_mm512_cvtepi32_pd(x8), _mm512_mul_pd(_mm512_cvtps_pd(ec8), to31),
-                                                            _mm512_cvtps_pd(c8), nearest);
+                const __m512d unit = _mm512_mul_pd(_mm512_cvtps_pd(ec8), to31);  // 2^(ec - 31)
+                const __m512d exact = _mm512_fmadd_round_pd(_mm512_cvtepi32_pd(x8), unit, _mm512_cvtps_pd(c8), nearest);
                 return _mm512_cvt_roundpd_ps(exact, nearest);
             };
-            const __m256 above_lo = join_high(_mm512_castsi512_si256(x), _mm512_castps512_ps256(ec), _mm512_castps512_ps256(c));
+            const __m256 above_lo =
+                join_high(_mm512_castsi512_si256(x), _mm512_castps512_ps256(ec), _mm512_castps512_ps256(c));
             const __m256 above_hi = join_high(_mm512_extracti64x4_epi64(x, 1),
                                               _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(ec), 1)),
                                               _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(c), 1)));
@@ -1061,7 +1063,8 @@ template <std::size_t Block, bool EvenOdd>
             }
             __m256i total = sum[0];  // units of 2^(e - 24)
             if constexpr (EvenOdd)
-                total = _mm256_add_epi32(_mm256_srav_epi32(sum[0], shift[0][v]), _mm256_srav_epi32(sum[1], shift[1][v]));
+                total = _mm256_add_epi32(_mm256_srav_epi32(sum[0], shift[0][v]),
+                                         _mm256_srav_epi32(sum[1], shift[1][v]));
             const __m256i scale_bits = _mm256_slli_epi32(k_block[v], 23);  // 2^(24 - e)
             const __m256 c = acc[v];
             const __m256i cb = _mm256_castps_si256(c);
@@ -1072,15 +1075,18 @@ template <std::size_t Block, bool EvenOdd>
             __m256i c_low = _mm256_cvttps_epi32(_mm256_floor_ps(_mm256_mul_ps(c, _mm256_castsi256_ps(scale_bits))));
             c_low = _mm256_min_epi32(c_low, _mm256_or_si256(_mm256_srai_epi32(cb, 31), int_max));
             if constexpr (EvenOdd)
-                c_low = _mm256_and_si256(c_low, _mm256_cmpgt_epi32(d6, _mm256_set1_epi32(-32 * (1 << 23))));  // d >= -25
+                c_low = _mm256_and_si256(c_low,
+                                         _mm256_cmpgt_epi32(d6, _mm256_set1_epi32(-32 * (1 << 23))));  // d >= -25
             const __m256 z = _mm256_cvtepi32_ps(_mm256_add_epi32(total, c_low));
             const __m256 low = _mm256_mul_ps(z, _mm256_castsi256_ps(_mm256_sub_epi32(unscale_from, scale_bits)));
             // d >= 6
             const __m256i x = _mm256_srav_epi32(_mm256_slli_epi32(total, 1), _mm256_srai_epi32(d6, 23));
             __m256 above;
             if constexpr (Block == 4) {
-                const __m256i exact = _mm256_cmpeq_epi32(_mm256_and_si256(x, _mm256_set1_epi32(31)), _mm256_setzero_si256());
-                const __m256i odd = _mm256_or_si256(_mm256_srai_epi32(x, 5), _mm256_andnot_si256(exact, _mm256_set1_epi32(1)));
+                const __m256i exact =
+                    _mm256_cmpeq_epi32(_mm256_and_si256(x, _mm256_set1_epi32(31)), _mm256_setzero_si256());
+                const __m256i odd =
+                    _mm256_or_si256(_mm256_srai_epi32(x, 5), _mm256_andnot_si256(exact, _mm256_set1_epi32(1)));
                 const __m256 unit = _mm256_mul_ps(_mm256_castsi256_ps(field), _mm256_set1_ps(0x1p-26f));  // 2^(ec - 26)
                 above = _mm256_fmadd_ps(_mm256_cvtepi32_ps(odd), unit, c);
             } else {
