@@ -668,4 +668,62 @@ TEST_CASE("tensor_core_cdna: CDNA3's xf32 lanes join C far below and far above t
     }
 }
 
+
+TEST_CASE("tensor_core_cdna: CDNA3's f16/bf16 and fp8 lanes join C far below and far above the block",
+          "[tensor_core][cdna]")
+{
+    // The vector lanes of the longer blocks (f16, bf16: 8; fp8: 16, even and odd products summed
+    // apart, where a C more than 25 binades below the block is dropped, not rounded down): chains
+    // whose C comes from sparse tiny products and then meets large blocks (d far below 0, C of both
+    // signs; fp8: d below -25), with blocks that cancel (sum 0) in pairs of the same parity, and
+    // chains whose few-bit operands climb and fall by block (d across 5 and 6); under FTZ and DAZ
+    // too (the lanes then take the portable form).
+    std::mt19937 rng(20261126);
+    const std::size_t m = 6, k = 512, n = 40;
+    const auto signed_binade = [&](int low, int high) {
+        const float f = (rng() % 2 ? 1.0f : -1.0f) * (1.0f + static_cast<float>(rng() % 4) / 4.0f);
+        return std::ldexp(f, std::uniform_int_distribution<int>(low, high)(rng));
+    };
+    const auto check = [&]<class T>(T, int tiny_low, int big_low, int step_width) {
+        CAPTURE(element_name<T>);
+        const auto sparse_then_big = [&](std::size_t p) {
+            if (p < k / 2) return rng() % 6 == 0 ? signed_binade(tiny_low, tiny_low + 2) : 0.0f;
+            return signed_binade(big_low, big_low + 1);
+        };
+        const auto stepped = [&](std::size_t p) {
+            const int step = static_cast<int>((p / 8) % 12) - 6;
+            return static_cast<float>(std::uniform_int_distribution<int>(-3, 3)(rng)) *
+                   std::ldexp(1.0f, step * step_width / 6 + static_cast<int>(rng() % 2));
+        };
+        for (int flush = 0; flush < 2; ++flush) {
+            [[maybe_unused]] const mxcsr_restored guard;
+#if defined(__SSE__) || defined(_M_X64)
+            if (flush != 0) _mm_setcsr(_mm_getcsr() | 0x8040u);  // FTZ and DAZ
+#endif
+            for (int round = 0; round < 4; ++round) {
+                xt::xarray<T> a = xt::xarray<T>::from_shape({m, k});
+                xt::xarray<T> b = xt::xarray<T>::from_shape({k, n});
+                const auto draw = [&](std::size_t p) { return T(round < 2 ? sparse_then_big(p) : stepped(p)); };
+                for (std::size_t i = 0; i < m; ++i)
+                    for (std::size_t p = 0; p < k; ++p) a(i, p) = draw(p);
+                for (std::size_t p = 0; p < k; ++p)
+                    for (std::size_t j = 0; j < n; ++j) b(p, j) = draw(p);
+                if (round % 2 != 0) {  // products p + 2 cancel products p (same parity), from k / 2
+                    for (std::size_t p = k / 2; p + 3 < k; p += 4)
+                        for (std::size_t q = p; q < p + 2; ++q) {
+                            for (std::size_t i = 0; i < m; ++i) a(i, q + 2) = a(i, q);
+                            for (std::size_t j = 0; j < n; ++j) b(q + 2, j) = -b(q, j);
+                        }
+                }
+                CAPTURE(flush, round);
+                CHECK(outputs_matching_gemm_dot<tc::mi300_mfma_chain>(a, b) == m * n);
+            }
+        }
+    };
+    check(f16{}, -14, 6, 10);    // products from 2^-28, then near 2^13
+    check(bf16{}, -51, 54, 40);  // from 2^-102, then near 2^110
+    check(e4{}, -10, 5, 8);      // from 2^-20, then near 2^12
+    check(e5{}, -17, 7, 12);     // from 2^-34, then near 2^16
+}
+
 }  // namespace tc_cdna
