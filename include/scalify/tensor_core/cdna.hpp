@@ -1011,7 +1011,6 @@ template <std::size_t Block, bool EvenOdd>
     const __m256i e_plus_133 = _mm256_set1_epi32(284 << 23);  // minus (151 - e) << 23: (e + 133) << 23
     const __m256i unscale_from = _mm256_set1_epi32(254 << 23);  // minus 2^(24 - e)'s bits: 2^(e - 24)
     const __m256i int_max = _mm256_set1_epi32(0x7fffffff);
-    const __m256i minus_one = _mm256_set1_epi32(-1);
     const __m256i floor16 = _mm256_set1_epi16(-102);
     const __m256i bias16 = _mm256_set1_epi16(151);
     __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
@@ -1070,7 +1069,6 @@ template <std::size_t Block, bool EvenOdd>
             const __m256i cb = _mm256_castps_si256(c);
             const __m256i field = _mm256_and_si256(cb, exponent_field);
             const __m256i d6 = _mm256_sub_epi32(field, _mm256_sub_epi32(e_plus_133, scale_bits));  // (d - 6) << 23
-            const __m256 high = _mm256_castsi256_ps(_mm256_cmpgt_epi32(d6, minus_one));
             // d <= 5
             __m256i c_low = _mm256_cvttps_epi32(_mm256_floor_ps(_mm256_mul_ps(c, _mm256_castsi256_ps(scale_bits))));
             c_low = _mm256_min_epi32(c_low, _mm256_or_si256(_mm256_srai_epi32(cb, 31), int_max));
@@ -1083,10 +1081,8 @@ template <std::size_t Block, bool EvenOdd>
             const __m256i x = _mm256_srav_epi32(_mm256_slli_epi32(total, 1), _mm256_srai_epi32(d6, 23));
             __m256 above;
             if constexpr (Block == 4) {
-                const __m256i exact =
-                    _mm256_cmpeq_epi32(_mm256_and_si256(x, _mm256_set1_epi32(31)), _mm256_setzero_si256());
-                const __m256i odd =
-                    _mm256_or_si256(_mm256_srai_epi32(x, 5), _mm256_andnot_si256(exact, _mm256_set1_epi32(1)));
+                const __m256i sticky = _mm256_min_epu32(_mm256_and_si256(x, _mm256_set1_epi32(31)), _mm256_set1_epi32(1));
+                const __m256i odd = _mm256_or_si256(_mm256_srai_epi32(x, 5), sticky);
                 const __m256 unit = _mm256_mul_ps(_mm256_castsi256_ps(field), _mm256_set1_ps(0x1p-26f));  // 2^(ec - 26)
                 above = _mm256_fmadd_ps(_mm256_cvtepi32_ps(odd), unit, c);
             } else {
@@ -1100,7 +1096,7 @@ template <std::size_t Block, bool EvenOdd>
                                                    _mm256_cvtps_pd(_mm256_extractf128_ps(c, 1)));
                 above = _mm256_set_m128(_mm256_cvtpd_ps(hi), _mm256_cvtpd_ps(lo));
             }
-            acc[v] = _mm256_blendv_ps(low, above, high);
+            acc[v] = _mm256_blendv_ps(above, low, _mm256_castsi256_ps(d6));  // d6's sign: d <= 5
         }
     }
     std::uint32_t mask = 0;
