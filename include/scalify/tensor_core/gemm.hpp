@@ -271,8 +271,15 @@ struct lane_plan {
     {
         return static_cast<std::int32_t>(x - static_cast<float>(high) * split_up);
     }
-    using lane_sum = std::conditional_t<double_terms, double,
-                                        std::conditional_t<sum_in_int32, std::int32_t, std::int64_t>>;
+#if defined(__AVX512DQ__)
+    using run_sums = std::int64_t;  // converted to `wide` in vector lanes (vcvtqq2pd)
+#else
+    // No int64-to-double conversion in SSE2 or AVX2 vectors: GCC left b200_f8f6f4's steps scalar
+    // there (51x Eigen's GEMM at -march=x86-64-v3). The runs' sums, whole numbers below 2^31 and
+    // all of them below 2^53, add exactly in double: the same value.
+    using run_sums = double;
+#endif
+    using lane_sum = std::conditional_t<double_terms, double, std::conditional_t<sum_in_int32, std::int32_t, run_sums>>;
     /// The K terms and the aligned accumulator (below 2^(F + 1)) sum in int32 too: one
     /// conversion to `wide` per output instead of two (v100: 4 (2^25 - 1) + 2^24).
     static constexpr bool join_in_int32 =
