@@ -817,11 +817,11 @@ template <std::size_t Block, bool EvenOdd>
 }
 
 #if defined(__AVX512F__) && defined(__AVX512BW__)
-/// fused_lanes for xf32 (blocks of 4, one sum) in AVX-512 vectors of 16 lanes: the bits of
-/// fused_lanes_generic (the same operands, products and cuts), with another join of the block's
-/// sum s (units of 2^(e - 24), |s| < 2^28) and C, where xf32's blocks of 4 make the join half the
-/// work. Every result of these lanes is +0 or a multiple of 2^-126 (a nonzero product has
-/// e >= -102), so C is never subnormal and never -0. e is clamped at -102 (int16 lanes, 32 a
+/// fused_lanes for blocks of Block products without even/odd halves (xf32: 4; f16, bf16: 8) in
+/// AVX-512 vectors of 16 lanes: the bits of fused_lanes_generic (the same operands, products and
+/// cuts), with another join of the block's sum s (units of 2^(e - 24); |s| < 2^28 for 4 products,
+/// 2^29 for 8) and C. Every result of these lanes is +0 or a multiple of 2^-126 (a nonzero product
+/// has e >= -102), so C is never subnormal and never -0. e is clamped at -102 (int16 lanes, 32 a
 /// vector, until the scale 2^(24 - e)): below, every product is zero and C loses nothing to a
 /// round-down onto 2^(e - 24). With d = ec - e:
 /// - d <= 5: z = s + floor(C * 2^(24 - e)) in int32 (|z| < 2^31): the product rounded toward -inf
@@ -829,95 +829,28 @@ template <std::size_t Block, bool EvenOdd>
 ///   instructions' own rounding; the result float(z) * 2^(e - 24), the conversion the one
 ///   rounding (nearest even) and the scaling exact (a normal float, below 2^127 as e <= 120).
 /// - d >= 6: the block's sum floored onto C's units 2^(ec - 31), x = floor(2s / 2^(d - 6)) (an
-///   arithmetic shift, sign-filled from 32), lies below 2^(ec - 2); rounded to odd at 2^(ec - 26)
-///   it is an exact float (|.| <= 2^24), and C + x, of magnitude above 2^(ec - 1), has its last
-///   place at 2^(ec - 24) or above, so that one FMA (nearest even, overflow to inf) rounds it as
-///   the exact total. (A zero C, read with ec = -127, always takes the first path.)
+///   arithmetic shift, sign-filled from 32), lies below 2^(ec - 2) (Block 4). Rounded to odd at
+///   2^(ec - 26) it is an exact float (|.| <= 2^24), and C + x, of magnitude above 2^(ec - 1), has
+///   its last place at 2^(ec - 24) or above, so that one FMA (nearest even, overflow to inf)
+///   rounds it as the exact total. Block 8 (|x| < 2^30): x * 2^(ec - 31) + C exact in double (33
+///   bits; ec >= -96) and one conversion to float (nearest even, gradual underflow, overflow to
+///   inf). (A zero C, read with ec = -127, always takes the first path.)
 /// No bound on C is needed (fused_lanes_generic's 2^121), and a result that is not finite stays
 /// so (d >= 6 from there on): the outputs not finite at the end are marked. The rounding of the
 /// other operations is exact, whatever the environment's; FTZ or DAZ take fused_lanes_generic.
-[[nodiscard]] inline std::uint32_t fused_lanes_xf32_avx512(const float* a_val, const std::int16_t* a_exp,
-                                                           const float* b_val, const std::int16_t* b_exp,
-                                                           std::size_t kp, float* out) noexcept
+/// (fp8's blocks of 16 in this form ran slower than fused_lanes_generic's.)
+template <std::size_t Block>
+[[nodiscard]] inline std::uint32_t fused_lanes_avx512(const float* a_val, const std::int16_t* a_exp, const float* b_val,
+                                                      const std::int16_t* b_exp, std::size_t kp, float* out) noexcept
 {
     constexpr std::size_t W = lane_width;
     static_assert(W == 32, "two vectors of 16 lanes");
+    static_assert(Block == 4 || Block == 8, "|s| < 2^29");
     constexpr int toward_negative = _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC;
     constexpr int nearest = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
     const __m512i exponent_field = _mm512_set1_epi32(0x7f800000);
     const __m512i e_plus_133 = _mm512_set1_epi32(284 << 23);  // minus (151 - e) << 23: (e + 133) << 23
     const __m512i unscale_from = _mm512_set1_epi32(254 << 23);  // minus 2^(24 - e)'s bits: 2^(e - 24)
-    const __m512i low_five = _mm512_set1_epi32(31);
-    const __m512i one = _mm512_set1_epi32(1);
-    const __m512 two_to_minus_26 = _mm512_set1_ps(0x1p-26f);
-    const __m512i floor16 = _mm512_set1_epi16(-102);
-    const __m512i bias16 = _mm512_set1_epi16(151);
-    __m512 acc[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
-    for (std::size_t s = 0; s < kp; s += 4) {
-        const float* av = a_val + s;
-        const std::int16_t* ae = a_exp + s;
-        const float* bv = b_val + s * W;
-        const std::int16_t* be = b_exp + s * W;
-        __m512i e16 = _mm512_add_epi16(_mm512_set1_epi16(ae[0]), _mm512_loadu_si512(be));
-        for (std::size_t q = 1; q < 4; ++q)
-            e16 = _mm512_max_epi16(e16, _mm512_add_epi16(_mm512_set1_epi16(ae[q]), _mm512_loadu_si512(be + q * W)));
-        const __m512i k16 = _mm512_sub_epi16(bias16, _mm512_max_epi16(e16, floor16));  // 151 - e in [31, 253]
-        const __m512i k32[2] = {_mm512_cvtepi16_epi32(_mm512_castsi512_si256(k16)),
-                                _mm512_cvtepi16_epi32(_mm512_extracti64x4_epi64(k16, 1))};
-        const __m512 a0 = _mm512_set1_ps(av[0]), a1 = _mm512_set1_ps(av[1]);
-        const __m512 a2 = _mm512_set1_ps(av[2]), a3 = _mm512_set1_ps(av[3]);
-        for (std::size_t h = 0; h < 2; ++h) {
-            const float* b = bv + 16 * h;
-            const __m512i scale_bits = _mm512_slli_epi32(k32[h], 23);  // 2^(24 - e)
-            const __m512 scale = _mm512_castsi512_ps(scale_bits);
-            const auto cut = [&](__m512 x, const float* y) {
-                return _mm512_cvttps_epi32(_mm512_mul_ps(_mm512_mul_ps(x, _mm512_loadu_ps(y)), scale));
-            };
-            const __m512i sum = _mm512_add_epi32(_mm512_add_epi32(cut(a0, b), cut(a1, b + W)),
-                                                 _mm512_add_epi32(cut(a2, b + 2 * W), cut(a3, b + 3 * W)));
-            const __m512 c = acc[h];
-            const __m512i field = _mm512_and_si512(_mm512_castps_si512(c), exponent_field);
-            const __m512i d6 = _mm512_sub_epi32(field, _mm512_sub_epi32(e_plus_133, scale_bits));  // (d - 6) << 23
-            const __mmask16 high = _mm512_cmpge_epi32_mask(d6, _mm512_setzero_si512());
-            // d <= 5
-            const __m512i c_low = _mm512_cvt_roundps_epi32(_mm512_mul_round_ps(c, scale, toward_negative), toward_negative);
-            const __m512 z = _mm512_cvt_roundepi32_ps(_mm512_add_epi32(sum, c_low), nearest);
-            const __m512 low = _mm512_mul_ps(z, _mm512_castsi512_ps(_mm512_sub_epi32(unscale_from, scale_bits)));
-            // d >= 6
-            const __m512i x = _mm512_srav_epi32(_mm512_slli_epi32(sum, 1), _mm512_srai_epi32(d6, 23));
-            const __mmask16 sticky = _mm512_test_epi32_mask(x, low_five);
-            const __m512i odd = _mm512_mask_or_epi32(_mm512_srai_epi32(x, 5), sticky, _mm512_srai_epi32(x, 5), one);
-            const __m512 unit = _mm512_mul_ps(_mm512_castsi512_ps(field), two_to_minus_26);  // 2^(ec - 26)
-            const __m512 above = _mm512_fmadd_round_ps(_mm512_cvtepi32_ps(odd), unit, c, nearest);
-            acc[h] = _mm512_mask_blend_ps(high, low, above);
-        }
-    }
-    std::uint32_t mask = 0;
-    for (std::size_t h = 0; h < 2; ++h) {
-        _mm512_storeu_ps(out + 16 * h, acc[h]);
-        const __mmask16 finite = _mm512_cmplt_epi32_mask(
-            _mm512_and_si512(_mm512_castps_si512(acc[h]), exponent_field), exponent_field);
-        mask |= static_cast<std::uint32_t>(static_cast<std::uint16_t>(~finite)) << (16 * h);
-    }
-    return mask;
-}
-/// fused_lanes for blocks of 8 (f16, bf16) in AVX-512 vectors of 16 lanes: fused_lanes_avx2<8,
-/// false>'s products and sums, with fused_lanes_xf32_avx512's d <= 5 (embedded rounding toward
-/// -inf) and d >= 6 as fused_lanes_avx2's longer blocks: |s| < 2^29, x * 2^(ec - 31) + C exact in
-/// double (33 bits; ec >= -96) and one conversion to float (nearest even, gradual underflow,
-/// overflow to inf). (fp8's blocks of 16 in this form ran slower than fused_lanes_generic's.)
-[[nodiscard]] inline std::uint32_t fused_lanes_8_avx512(const float* a_val, const std::int16_t* a_exp,
-                                                        const float* b_val, const std::int16_t* b_exp, std::size_t kp,
-                                                        float* out) noexcept
-{
-    constexpr std::size_t W = lane_width, Block = 8;
-    static_assert(W == 32, "two vectors of 16 lanes");
-    constexpr int toward_negative = _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC;
-    constexpr int nearest = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
-    const __m512i exponent_field = _mm512_set1_epi32(0x7f800000);
-    const __m512i e_plus_133 = _mm512_set1_epi32(284 << 23);  // minus (151 - e) << 23: (e + 133) << 23
-    const __m512i unscale_from = _mm512_set1_epi32(254 << 23);  // minus 2^(24 - e)'s bits: 2^(e - 24)
-    const __m512d to31 = _mm512_set1_pd(0x1p-31);
     const __m512i floor16 = _mm512_set1_epi16(-102);
     const __m512i bias16 = _mm512_set1_epi16(151);
     __m512 acc[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
@@ -940,9 +873,10 @@ template <std::size_t Block, bool EvenOdd>
                 return _mm512_cvttps_epi32(
                     _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(av[q]), _mm512_loadu_ps(b + q * W)), scale));
             };
-            const __m512i sum = _mm512_add_epi32(
-                _mm512_add_epi32(_mm512_add_epi32(cut(0), cut(1)), _mm512_add_epi32(cut(2), cut(3))),
-                _mm512_add_epi32(_mm512_add_epi32(cut(4), cut(5)), _mm512_add_epi32(cut(6), cut(7))));
+            // Pairwise (int32 sums are exact in any order).
+            __m512i sum = _mm512_add_epi32(_mm512_add_epi32(cut(0), cut(1)), _mm512_add_epi32(cut(2), cut(3)));
+            if constexpr (Block == 8)
+                sum = _mm512_add_epi32(sum, _mm512_add_epi32(_mm512_add_epi32(cut(4), cut(5)), _mm512_add_epi32(cut(6), cut(7))));
             const __m512 c = acc[v];
             const __m512i field = _mm512_and_si512(_mm512_castps_si512(c), exponent_field);
             const __m512i d6 = _mm512_sub_epi32(field, _mm512_sub_epi32(e_plus_133, scale_bits));  // (d - 6) << 23
@@ -954,19 +888,28 @@ template <std::size_t Block, bool EvenOdd>
             const __m512 low = _mm512_mul_ps(z, _mm512_castsi512_ps(_mm512_sub_epi32(unscale_from, scale_bits)));
             // d >= 6
             const __m512i x = _mm512_srav_epi32(_mm512_slli_epi32(sum, 1), _mm512_srai_epi32(d6, 23));
-            const __m512 ec = _mm512_castsi512_ps(field);  // 2^ec
-            const auto join_high = [&](__m256i x8, __m256 ec8, __m256 c8) {
-                const __m512d unit = _mm512_mul_pd(_mm512_cvtps_pd(ec8), to31);  // 2^(ec - 31)
-                const __m512d exact = _mm512_fmadd_round_pd(_mm512_cvtepi32_pd(x8), unit, _mm512_cvtps_pd(c8), nearest);
-                return _mm512_cvt_roundpd_ps(exact, nearest);
-            };
-            const __m256 above_lo =
-                join_high(_mm512_castsi512_si256(x), _mm512_castps512_ps256(ec), _mm512_castps512_ps256(c));
-            const __m256 above_hi = join_high(_mm512_extracti64x4_epi64(x, 1),
-                                              _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(ec), 1)),
-                                              _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(c), 1)));
-            const __m512 above = _mm512_castpd_ps(
-                _mm512_insertf64x4(_mm512_castpd256_pd512(_mm256_castps_pd(above_lo)), _mm256_castps_pd(above_hi), 1));
+            __m512 above;
+            if constexpr (Block == 4) {
+                const __mmask16 sticky = _mm512_test_epi32_mask(x, _mm512_set1_epi32(31));
+                const __m512i odd =
+                    _mm512_mask_or_epi32(_mm512_srai_epi32(x, 5), sticky, _mm512_srai_epi32(x, 5), _mm512_set1_epi32(1));
+                const __m512 unit = _mm512_mul_ps(_mm512_castsi512_ps(field), _mm512_set1_ps(0x1p-26f));  // 2^(ec - 26)
+                above = _mm512_fmadd_round_ps(_mm512_cvtepi32_ps(odd), unit, c, nearest);
+            } else {
+                const __m512 ec = _mm512_castsi512_ps(field);  // 2^ec
+                const auto join_high = [&](__m256i x8, __m256 ec8, __m256 c8) {
+                    const __m512d unit = _mm512_mul_pd(_mm512_cvtps_pd(ec8), _mm512_set1_pd(0x1p-31));  // 2^(ec - 31)
+                    const __m512d exact = _mm512_fmadd_round_pd(_mm512_cvtepi32_pd(x8), unit, _mm512_cvtps_pd(c8), nearest);
+                    return _mm512_cvt_roundpd_ps(exact, nearest);
+                };
+                const __m256 above_lo =
+                    join_high(_mm512_castsi512_si256(x), _mm512_castps512_ps256(ec), _mm512_castps512_ps256(c));
+                const __m256 above_hi = join_high(_mm512_extracti64x4_epi64(x, 1),
+                                                  _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(ec), 1)),
+                                                  _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(c), 1)));
+                above = _mm512_castpd_ps(
+                    _mm512_insertf64x4(_mm512_castpd256_pd512(_mm256_castps_pd(above_lo)), _mm256_castps_pd(above_hi), 1));
+            }
             acc[v] = _mm512_mask_blend_ps(high, low, above);
         }
     }
@@ -984,7 +927,7 @@ template <std::size_t Block, bool EvenOdd>
 #if defined(__AVX2__) && defined(__FMA__) && !(defined(__AVX512F__) && defined(__AVX512BW__))
 /// fused_lanes for blocks of Block products (xf32: 4; f16, bf16: 8; fp8: 16, its even and odd
 /// products summed apart, EvenOdd) in AVX2 vectors of 8 lanes: the bits of fused_lanes_generic
-/// (the same operands, products, cuts and shifts), with fused_lanes_xf32_avx512's join (its comment
+/// (the same operands, products, cuts and shifts), with fused_lanes_avx512's join (its comment
 /// has the argument: every result is +0 or a nonzero multiple of 2^-126, e clamped at -102, and a
 /// half's too, where all its products are zero), where AVX2 has no embedded rounding:
 /// - d <= 5: floor(C * 2^(24 - e)) from the product rounded to nearest, then floored. The product
@@ -993,7 +936,7 @@ template <std::size_t Block, bool EvenOdd>
 ///   gives -0 or a negative subnormal: the floor of a negative C's product is at most -1, a min
 ///   with -1 for the lanes whose C is negative (C is never -0). EvenOdd: 0 for d < -25 (C is
 ///   dropped, join_float_lane<true>).
-/// - d >= 6: Block 4 as fused_lanes_xf32_avx512 (x rounded to odd at 2^(ec - 26), exact in float
+/// - d >= 6: Block 4 as fused_lanes_avx512<4> (x rounded to odd at 2^(ec - 26), exact in float
 ///   as |x| < 2^29, then one FMA under the environment's nearest rounding). The longer blocks have
 ///   |s| < 2^30 and |x| < 2^31: x * 2^(ec - 31) + C in double instead (33 bits: exact; ec >= -96)
 ///   and one conversion to float (nearest even, gradual underflow, overflow to inf).
@@ -1120,15 +1063,10 @@ template <std::size_t Block, bool EvenOdd>
                                         const std::int16_t* b_exp, std::size_t kp, float* out) noexcept
 {
 #if defined(__AVX512F__) && defined(__AVX512BW__)
-    if constexpr (Block == 4 && !EvenOdd) {
+    if constexpr ((Block == 4 || Block == 8) && !EvenOdd) {
         constexpr unsigned flush_to_zero = 0x8000u, denormals_are_zero = 0x0040u;
         if ((_mm_getcsr() & (flush_to_zero | denormals_are_zero)) == 0)
-            return fused_lanes_xf32_avx512(a_val, a_exp, b_val, b_exp, kp, out);
-    }
-    if constexpr (Block == 8 && !EvenOdd) {
-        constexpr unsigned flush_to_zero = 0x8000u, denormals_are_zero = 0x0040u;
-        if ((_mm_getcsr() & (flush_to_zero | denormals_are_zero)) == 0)
-            return fused_lanes_8_avx512(a_val, a_exp, b_val, b_exp, kp, out);
+            return fused_lanes_avx512<Block>(a_val, a_exp, b_val, b_exp, kp, out);
     }
 #elif defined(__AVX2__) && defined(__FMA__)
     if constexpr (((Block == 4 || Block == 8) && !EvenOdd) || (Block == 16 && EvenOdd)) {
