@@ -88,15 +88,7 @@ public:
     {
         if (const auto* wide = std::get_if<ScaledArray<double, P>>(&m_array)) return std::forward<F>(f)(*wide);
         if (const auto* single = std::get_if<ScaledArray<float, P>>(&m_array)) return std::forward<F>(f)(*single);
-        // The narrow types' values are floats: widened element by element (no rounding, no check).
-        const ScaledArray<float, P> widened = visit([](const auto& narrow) {
-            xt::xarray<float> data = xt::xarray<float>::from_shape(narrow.shape());
-            const auto* in = narrow.data().data();
-            float* out = data.data();
-            for (std::size_t i = 0; i < data.size(); ++i) out[i] = static_cast<float>(scalify::detail::load(in[i]));
-            return ScaledArray<float, P>(std::move(data), narrow.scale());
-        });
-        return std::forward<F>(f)(widened);
+        return std::forward<F>(f)(as<float>());  // the narrow types' values are floats: cast widens exactly
     }
 
     /// The gradient as element type U: a copy when it holds U, else a cast (nearest even).
