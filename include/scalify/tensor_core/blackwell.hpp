@@ -476,25 +476,6 @@ struct block_panels {
 /// once per instruction for all of them.
 inline constexpr std::size_t block_task_rows = 4;
 
-#if defined(__AVX512DQ__)
-/// The block lanes' exact sums: int64, which AVX-512DQ converts from float and to double in vector
-/// lanes (vcvttps2qq, vcvtqq2pd); block_whole(x) is x cut toward zero.
-using block_exact_sum = std::int64_t;
-[[nodiscard, gnu::always_inline]] inline block_exact_sum block_whole(float x) noexcept
-{
-    return static_cast<std::int64_t>(x);
-}
-#else
-/// Without those conversions (SSE2, AVX2, NEON) the sums in double: every term and every partial
-/// sum is a whole number below 2^53, so exact, and each term is cut toward zero in float (trunc is
-/// exact; a float of 2^23 or more is whole already): the same values.
-using block_exact_sum = double;
-[[nodiscard, gnu::always_inline]] inline block_exact_sum block_whole(float x) noexcept
-{
-    return static_cast<double>(std::trunc(x));
-}
-#endif
-
 /// Rows [i0, i0 + rows) of A (rows <= block_task_rows) against one block of lane_width columns: I's
 /// whole chain along K, lane by lane, into lane_out (rows x lane_width). masks[r] gets the lanes of
 /// row i0 + r whose result left float32's normal range at some step (a subnormal or infinite
@@ -516,7 +497,7 @@ void block_lane_chain(const block_panels& p, std::size_t i0, std::size_t rows, s
     alignas(64) std::array<std::array<float, W>, R> accumulators{};
     alignas(64) std::array<std::array<std::int32_t, W>, R> unsures{};
     alignas(64) std::array<std::int32_t, W> emax{};
-    alignas(64) std::array<block_exact_sum, W> sum{};
+    alignas(64) std::array<lane_exact_sum, W> sum{};
     for (std::size_t s = 0; s < kp; s += K) {
         for (std::size_t r = 0; r < rows; ++r) {
             const std::size_t i = i0 + r;
@@ -573,9 +554,9 @@ void block_lane_chain(const block_panels& p, std::size_t i0, std::size_t rows, s
                             for (std::size_t j = 0; j < W; ++j) part[j] += static_cast<std::int32_t>(a * b[j] * factor[j]);
                         }
                         if (u == s) {
-                            for (std::size_t j = 0; j < W; ++j) sum[j] = static_cast<block_exact_sum>(part[j]);
+                            for (std::size_t j = 0; j < W; ++j) sum[j] = static_cast<lane_exact_sum>(part[j]);
                         } else {
-                            for (std::size_t j = 0; j < W; ++j) sum[j] += static_cast<block_exact_sum>(part[j]);
+                            for (std::size_t j = 0; j < W; ++j) sum[j] += static_cast<lane_exact_sum>(part[j]);
                         }
                     }
                 }
@@ -604,9 +585,9 @@ void block_lane_chain(const block_panels& p, std::size_t i0, std::size_t rows, s
                 }
                 // Level two: units of 2^(emax - F), each term cut toward zero on its own. A joining
                 // term's power is at most 2^F; below 2^-126 the term (below 2^24) is below 1.
-                for (std::size_t j = 0; j < W; ++j) sum[j] = block_whole(term[0][j] * block_pow2(scale_exp[0][j] + F - emax[j]));
+                for (std::size_t j = 0; j < W; ++j) sum[j] = lane_whole(term[0][j] * block_pow2(scale_exp[0][j] + F - emax[j]));
                 for (std::size_t g = 1; g < G; ++g)
-                    for (std::size_t j = 0; j < W; ++j) sum[j] += block_whole(term[g][j] * block_pow2(scale_exp[g][j] + F - emax[j]));
+                    for (std::size_t j = 0; j < W; ++j) sum[j] += lane_whole(term[g][j] * block_pow2(scale_exp[g][j] + F - emax[j]));
             }
             // The accumulator aligned the same way: C joined the search, so its significand (in
             // [1, 2), the exponent field set to 127's) times 2^(F - emax + ec) is below 2^(F + 1),
@@ -624,7 +605,7 @@ void block_lane_chain(const block_panels& p, std::size_t i0, std::size_t rows, s
                 const std::uint32_t nonzero = 0 - static_cast<std::uint32_t>((bits & 0x7fffffffu) != 0);
                 const auto ec = static_cast<std::int32_t>((bits >> 23) & 0xffu) - 127;
                 const float significand = std::bit_cast<float>(((bits & 0x807fffffu) | 0x3f800000u) & nonzero);
-                const block_exact_sum c_aligned = block_whole(significand * block_pow2(F - emax[j] + ec));
+                const lane_exact_sum c_aligned = lane_whole(significand * block_pow2(F - emax[j] + ec));
                 const auto exact = static_cast<double>(sum[j] + c_aligned);  // below 2^53: exact
                 constexpr std::uint64_t cut_mask = ~((std::uint64_t{1} << (52 - 23)) - 1);
                 cut_sum[j] = static_cast<float>(std::bit_cast<double>(std::bit_cast<std::uint64_t>(exact) & cut_mask));

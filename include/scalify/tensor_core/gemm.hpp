@@ -214,6 +214,27 @@ struct lane_format<tf32_operands<Input>, float> {
 /// exponent.
 inline constexpr std::int16_t lane_zero_exponent = -4096;
 
+#if defined(__AVX512DQ__)
+/// The lanes' exact sums of whole numbers past int32 (b200_f8f6f4's runs, the block-scaled chains):
+/// int64, which AVX-512DQ converts from float and to double in vector lanes (vcvttps2qq,
+/// vcvtqq2pd); lane_whole(x) is x cut toward zero.
+using lane_exact_sum = std::int64_t;
+[[nodiscard, gnu::always_inline]] inline lane_exact_sum lane_whole(float x) noexcept
+{
+    return static_cast<std::int64_t>(x);
+}
+#else
+/// Without those conversions (SSE2, AVX2, NEON) in double: every term and every partial sum is a
+/// whole number below 2^53, so exact, and each term is cut toward zero with trunc in float (exact;
+/// a float of 2^23 or more is whole already): the same values. With int64 GCC left these steps
+/// scalar (b200_f8f6f4 51x Eigen's GEMM at -march=x86-64-v3).
+using lane_exact_sum = double;
+[[nodiscard, gnu::always_inline]] inline lane_exact_sum lane_whole(float x) noexcept
+{
+    return static_cast<double>(std::trunc(x));
+}
+#endif
+
 /// How Instruction's chains run in lanes. Per output and instruction, each term is
 /// trunc(a * b * 2^(F - emax)) in float lanes: a and b are floats holding the operands exactly,
 /// their product is exact (significands of at most 24 bits together), and scaling by a power of
@@ -271,15 +292,7 @@ struct lane_plan {
     {
         return static_cast<std::int32_t>(x - static_cast<float>(high) * split_up);
     }
-#if defined(__AVX512DQ__)
-    using run_sums = std::int64_t;  // converted to `wide` in vector lanes (vcvtqq2pd)
-#else
-    // No int64-to-double conversion in SSE2 or AVX2 vectors: GCC left b200_f8f6f4's steps scalar
-    // there (51x Eigen's GEMM at -march=x86-64-v3). The runs' sums, whole numbers below 2^31 and
-    // all of them below 2^53, add exactly in double: the same value.
-    using run_sums = double;
-#endif
-    using lane_sum = std::conditional_t<double_terms, double, std::conditional_t<sum_in_int32, std::int32_t, run_sums>>;
+    using lane_sum = std::conditional_t<double_terms, double, std::conditional_t<sum_in_int32, std::int32_t, lane_exact_sum>>;
     /// The K terms and the aligned accumulator (below 2^(F + 1)) sum in int32 too: one
     /// conversion to `wide` per output instead of two (v100: 4 (2^25 - 1) + 2^24).
     static constexpr bool join_in_int32 =
