@@ -55,6 +55,14 @@ template <class T, class P>
     return x.shape()[x.dimension() - 1];
 }
 
+/// (x - mean) / sigma of one datum in double, as every layer-norm pass computes it from the lane
+/// statistics: 0 for a zero-scale x, whatever its data hold (inf, NaN).
+template <class T>
+[[nodiscard, gnu::always_inline]] inline double normalised_value(const T& x, bool zero_scale, double mean, double inverse_sigma) noexcept
+{
+    return bit_select(zero_scale, 0.0, (double(load(x)) - mean) * inverse_sigma);
+}
+
 /// Per lane of the data: the mean (0 unless Centred) and 1 / sqrt(variance + eps / s^2), with
 /// variance the mean square about that mean; sums in double (lane_sum's order). A zero-scale x
 /// is zeros: mean 0 and 1 / sqrt(eps) in the value's units (returned as `zero_scale`).
@@ -110,7 +118,7 @@ template <class Op, bool Centred, class Strategy, class Out, class T, class P>
     const double* inverse_sigma = stats.inverse_sigma.data();
     const bool zero = stats.zero_scale;  // x is zeros, whatever its data hold (inf, NaN)
     const auto at = [=](std::size_t i, std::size_t, std::size_t lane) {
-        return bit_select(zero, C(0), static_cast<C>((double(load(d[i])) - mean[lane]) * inverse_sigma[lane]));
+        return static_cast<C>(normalised_value(d[i], zero, mean[lane], inverse_sigma[lane]));
     };
     return finish<Op, Strategy, P, out_or_t<Out, T>, C>(op, x.shape(), request,
                                                         periodic_source<decltype(at)>{at, std::max<std::size_t>(length, 1)});
@@ -141,7 +149,7 @@ template <class Op, bool Centred, class Strategy, class Out, class G, class PG, 
     const double* inverse_sigma = stats.inverse_sigma.data();
     const bool zero = stats.zero_scale;  // y = 0 for a zero-scale x, whatever its data hold
     const auto y_at = [d, mean, inverse_sigma, zero](std::size_t i, std::size_t lane) {
-        return bit_select(zero, 0.0, (double(load(d[i])) - mean[lane]) * inverse_sigma[lane]);
+        return normalised_value(d[i], zero, mean[lane], inverse_sigma[lane]);
     };
     // Per lane, mean g and mean(g y) over the cotangent's data; then each element stored straight
     // from them (a periodic_source: no buffer of raw results).
@@ -301,7 +309,7 @@ template <bool Centred, class T, class P>
                                                                       std::size_t i, std::size_t lane, compute_t<T> factor) noexcept
 {
     using C = compute_t<T>;
-    return bit_select(stats.zero_scale, C(0), static_cast<C>((double(load(d[i])) - stats.mean[lane]) * stats.inverse_sigma[lane])) *
+    return static_cast<C>(normalised_value(d[i], stats.zero_scale, stats.mean[lane], stats.inverse_sigma[lane])) *
            factor;
 }
 
@@ -347,8 +355,7 @@ template <class T, class C>
     for (std::size_t j = 0; j < length; ++j) {
         const C gj = load(g[j]);
         dn[j] = store<T>((gj * load(gain[j])) * normalised_factor);
-        // normalised_datum's value
-        const C normalised = bit_select(zero_scale, C(0), static_cast<C>((double(load(x[j])) - mean) * inverse_sigma)) * datum_factor;
+        const C normalised = static_cast<C>(normalised_value(x[j], zero_scale, mean, inverse_sigma)) * datum_factor;  // normalised_datum's
         const C product = store<T>((gj * normalised) * gain_factor);
         gain_sums[j] = sum_fn{}(gain_sums[j], product);
         bias_sums[j] = sum_fn{}(bias_sums[j], gj);
