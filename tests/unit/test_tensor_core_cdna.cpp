@@ -611,6 +611,27 @@ struct mxcsr_restored {
 #endif
 };
 
+/// body(flush) as the thread runs, then (flush = 1) with FTZ and DAZ set where the target has an
+/// MXCSR (the vector lanes then take the portable form); the MXCSR restored after each.
+template <class Body>
+void under_each_flush_mode(Body body)
+{
+    for (int flush = 0; flush < 2; ++flush) {
+        [[maybe_unused]] const mxcsr_restored guard;  // empty where the target has no MXCSR (ARM64)
+#if defined(__SSE__) || defined(_M_X64)
+        if (flush != 0) _mm_setcsr(_mm_getcsr() | 0x8040u);  // FTZ and DAZ
+#endif
+        body(flush);
+    }
+}
+
+/// +-(1 + i / steps) 2^e, i < steps and e in [low, high] drawn from rng.
+float signed_binade(std::mt19937& rng, int low, int high, unsigned steps)
+{
+    const float f = (rng() % 2 ? 1.0f : -1.0f) * (1.0f + static_cast<float>(rng() % steps) / static_cast<float>(steps));
+    return std::ldexp(f, std::uniform_int_distribution<int>(low, high)(rng));
+}
+
 TEST_CASE("tensor_core_cdna: CDNA3's xf32 lanes join C far below and far above the block, and on the paths' edges",
           "[tensor_core][cdna]")
 {
@@ -623,19 +644,16 @@ TEST_CASE("tensor_core_cdna: CDNA3's xf32 lanes join C far below and far above t
     // DAZ too (built with AVX-512, the lanes of that thread then take the portable form).
     std::mt19937 rng(20261128);
     const std::size_t m = 8, k = 1024, n = 70;
-    const auto signed_binade = [&](int low, int high) {
-        const float f = (rng() % 2 ? 1.0f : -1.0f) * (1.0f + static_cast<float>(rng() % 1024) / 1024.0f);
-        return std::ldexp(f, std::uniform_int_distribution<int>(low, high)(rng));
-    };
+    const auto binade = [&](int low, int high) { return signed_binade(rng, low, high, 1024); };
     // Inside the lanes' bounds: +-[1, 2) 2^[-51, -47], then 2^[54, 60].
-    const auto tiny_then_huge = [&](std::size_t p) { return p < k / 2 ? signed_binade(-51, -47) : signed_binade(54, 60); };
+    const auto tiny_then_huge = [&](std::size_t p) { return p < k / 2 ? binade(-51, -47) : binade(54, 60); };
     const auto stepped = [&](std::size_t p) {
         // Few-bit values whose scale climbs and falls by block, so that C and the blocks cross.
         const int step = static_cast<int>((p / 4) % 24) - 12;
         return static_cast<float>(std::uniform_int_distribution<int>(-3, 3)(rng)) * std::ldexp(1.0f, step / 2 + static_cast<int>(rng() % 2));
     };
-    const auto tiny_then_zero = [&](std::size_t p) { return p < 4 ? signed_binade(-51, -50) : 0.0f; };
-    const auto tiny_then_moderate = [&](std::size_t p) { return p < 4 ? signed_binade(-51, -50) : signed_binade(18, 23); };
+    const auto tiny_then_zero = [&](std::size_t p) { return p < 4 ? binade(-51, -50) : 0.0f; };
+    const auto tiny_then_moderate = [&](std::size_t p) { return p < 4 ? binade(-51, -50) : binade(18, 23); };
     const auto drawn = [&](auto&& draw_a, auto&& draw_b, bool cancel) {
         xt::xarray<float> a = xt::xarray<float>::from_shape({m, k});
         xt::xarray<float> b = xt::xarray<float>::from_shape({k, n});
@@ -652,11 +670,7 @@ TEST_CASE("tensor_core_cdna: CDNA3's xf32 lanes join C far below and far above t
         }
         return std::pair{a, b};
     };
-    for (int flush = 0; flush < 2; ++flush) {
-        [[maybe_unused]] const mxcsr_restored guard;  // empty where the target has no MXCSR (ARM64)
-#if defined(__SSE__) || defined(_M_X64)
-        if (flush != 0) _mm_setcsr(_mm_getcsr() | 0x8040u);  // FTZ and DAZ
-#endif
+    under_each_flush_mode([&](int flush) {
         for (int round = 0; round < 5; ++round) {
             const bool cancel = round % 2 != 0;
             const auto [a, b] = round < 2   ? drawn(tiny_then_huge, tiny_then_huge, cancel)
@@ -665,7 +679,7 @@ TEST_CASE("tensor_core_cdna: CDNA3's xf32 lanes join C far below and far above t
             CAPTURE(flush, round);
             CHECK(outputs_matching_gemm_dot<tc::mi300_mfma_chain>(a, b) == m * n);
         }
-    }
+    });
 }
 
 
@@ -680,26 +694,19 @@ TEST_CASE("tensor_core_cdna: CDNA3's f16/bf16 and fp8 lanes join C far below and
     // too (the lanes then take the portable form).
     std::mt19937 rng(20261126);
     const std::size_t m = 6, k = 512, n = 40;
-    const auto signed_binade = [&](int low, int high) {
-        const float f = (rng() % 2 ? 1.0f : -1.0f) * (1.0f + static_cast<float>(rng() % 4) / 4.0f);
-        return std::ldexp(f, std::uniform_int_distribution<int>(low, high)(rng));
-    };
+    const auto binade = [&](int low, int high) { return signed_binade(rng, low, high, 4); };
     const auto check = [&]<class T>(T, int tiny_low, int big_low, int step_width) {
         CAPTURE(element_name<T>);
         const auto sparse_then_big = [&](std::size_t p) {
-            if (p < k / 2) return rng() % 6 == 0 ? signed_binade(tiny_low, tiny_low + 2) : 0.0f;
-            return signed_binade(big_low, big_low + 1);
+            if (p < k / 2) return rng() % 6 == 0 ? binade(tiny_low, tiny_low + 2) : 0.0f;
+            return binade(big_low, big_low + 1);
         };
         const auto stepped = [&](std::size_t p) {
             const int step = static_cast<int>((p / 8) % 12) - 6;
             return static_cast<float>(std::uniform_int_distribution<int>(-3, 3)(rng)) *
                    std::ldexp(1.0f, step * step_width / 6 + static_cast<int>(rng() % 2));
         };
-        for (int flush = 0; flush < 2; ++flush) {
-            [[maybe_unused]] const mxcsr_restored guard;
-#if defined(__SSE__) || defined(_M_X64)
-            if (flush != 0) _mm_setcsr(_mm_getcsr() | 0x8040u);  // FTZ and DAZ
-#endif
+        under_each_flush_mode([&](int flush) {
             for (int round = 0; round < 4; ++round) {
                 xt::xarray<T> a = xt::xarray<T>::from_shape({m, k});
                 xt::xarray<T> b = xt::xarray<T>::from_shape({k, n});
@@ -718,7 +725,7 @@ TEST_CASE("tensor_core_cdna: CDNA3's f16/bf16 and fp8 lanes join C far below and
                 CAPTURE(flush, round);
                 CHECK(outputs_matching_gemm_dot<tc::mi300_mfma_chain>(a, b) == m * n);
             }
-        }
+        });
     };
     check(f16{}, -14, 6, 10);    // products from 2^-28, then near 2^13
     check(bf16{}, -51, 54, 40);  // from 2^-102, then near 2^110
