@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <random>
 #include <string>
@@ -451,6 +452,39 @@ TEST_CASE("casts and rebalance_scale keep the value", "[ops]")
     CHECK_THROWS_WITH(rebalance_scale(a, 3.0f), Contains("power-of-two factor, got 3"));
     CHECK_THROWS_AS(rebalance_scale(a, 0.0f), scale_error);
     CHECK_THROWS_AS(rebalance_scale(a, std::numeric_limits<float>::infinity()), scale_error);
+}
+
+TEST_CASE("operands of two element types give the bits of the same op on operands of one type", "[ops]")
+{
+    // Mixed operands are decoded into the compute type at the op's edge (docs/ops.md,
+    // "Arithmetic"); E5M2 values are exact in bf16, so the same op on bf16 copies must agree.
+    std::mt19937 rng(7);
+    std::normal_distribution<float> normal(0.0f, 3.0f);
+    xt::xarray<float> x = xt::xarray<float>::from_shape({4, 24}), y = x;
+    for (auto& v : x) v = normal(rng);
+    for (auto& v : y) v = normal(rng);
+    y(1, 3) = 0.0f;
+    const auto a = cast<Eigen::bfloat16>(make_scaled_array<pow2_scale>(x, 0.5f));
+    const auto b = cast<float8_e5m2>(make_scaled_array<pow2_scale>(y, 2.0f));
+    const auto b16 = cast<Eigen::bfloat16>(b);
+    const auto same_bits = [](const auto& p, const auto& q) {
+        REQUIRE(p.scale() == q.scale());
+        REQUIRE(p.size() == q.size());
+        using E = typename std::remove_cvref_t<decltype(p)>::value_type;
+        CHECK(std::memcmp(p.data().data(), q.data().data(), p.size() * sizeof(E)) == 0);
+    };
+    same_bits(add<unit_scaling>(a, b), add<unit_scaling, float>(a, b16));  // promote_t<bf16, E5M2>: float
+    same_bits(mul(a, b), mul<default_scaling, float>(a, b16));
+    same_bits(div<unit_scaling>(b, a), div<unit_scaling, float>(b16, a));
+    same_bits(maximum(a, b), maximum<default_scaling, float>(a, b16));
+    const xt::xarray<bool> positive = x > 0.0f;
+    same_bits(where(positive, a, b), where<default_scaling, float>(positive, a, b16));
+    same_bits(relu_vjp<unit_scaling>(a, b), relu_vjp<unit_scaling>(a, b16));
+    same_bits(gelu_vjp(a, b), gelu_vjp(a, b16));
+    const auto probabilities = cast<float8_e5m2>(softmax(make_scaled_array<pow2_scale>(y, 1.0f), 1));
+    same_bits(softmax_vjp<unit_scaling>(a, probabilities, 1), softmax_vjp<unit_scaling>(a, cast<Eigen::bfloat16>(probabilities), 1));
+    same_bits(log_softmax_vjp(a, probabilities, 1), log_softmax_vjp(a, cast<Eigen::bfloat16>(probabilities), 1));
+    same_bits(layer_norm_vjp<unit_scaling>(a, b), layer_norm_vjp<unit_scaling, Eigen::bfloat16>(cast<float>(a), b));
 }
 
 TEST_CASE("zero-scale operands are zero arrays", "[ops]")

@@ -56,15 +56,13 @@ struct nan_min_fn {
     constexpr C operator()(C x, C y) const noexcept { return nan_min(x, y); }
 };
 
-/// Binary op whose raw result is f(x * ka, y * kb) with natural scale `natural`, its scale from
-/// `rule` (strategy-free: see finish_by_rule). `reuse`: see finish_by_rule (expiring_buffer).
-template <bool NeedsAmax, class Out, class A, class PA, class B, class PB, class F>
-[[nodiscard]] auto binary_by_rule(const char* op, const ScaledArray<A, PA>& a, const ScaledArray<B, PB>& b, double ka,
-                                  double kb, scale_request request, scale_rule rule, F f,
-                                  xt::xarray<out_or_t<Out, promote_t<A, B>>>* reuse = nullptr)
+/// binary_by_rule's body, for operands of one element type or both of the compute type C; the
+/// result type R is explicit.
+template <bool NeedsAmax, class R, class A, class PA, class B, class PB, class F>
+[[nodiscard]] auto binary_body(const char* op, const ScaledArray<A, PA>& a, const ScaledArray<B, PB>& b, double ka,
+                               double kb, scale_request request, scale_rule rule, F f, xt::xarray<R>* reuse)
 {
     using C = std::common_type_t<compute_t<A>, compute_t<B>>;
-    using R = out_or_t<Out, promote_t<A, B>>;
     using P = common_policy_t<PA, PB>;
     static_assert(ScaledElement<R>, "the output type must be float, double, a minifloat, Eigen::half or Eigen::bfloat16");
     const auto shape = broadcast_shapes(op, a.shape(), b.shape());
@@ -92,6 +90,19 @@ template <bool NeedsAmax, class Out, class A, class PA, class B, class PB, class
     }
     const auto at = [=](std::size_t i, std::size_t j, std::size_t) { return f(scaled_load(pa[i], ca), scaled_load(pb[j], cb)); };
     return finish_by_rule<NeedsAmax, P, R, C>(op, shape, request, rule, periodic_source<decltype(at)>{at, period}, reuse);
+}
+
+/// Binary op whose raw result is f(x * ka, y * kb) with natural scale `natural`, its scale from
+/// `rule` (strategy-free: see finish_by_rule). `reuse`: see finish_by_rule (expiring_buffer).
+/// Operands of different element types are read in their compute type (beside).
+template <bool NeedsAmax, class Out, class A, class PA, class B, class PB, class F>
+[[nodiscard]] auto binary_by_rule(const char* op, const ScaledArray<A, PA>& a, const ScaledArray<B, PB>& b, double ka,
+                                  double kb, scale_request request, scale_rule rule, F f,
+                                  xt::xarray<out_or_t<Out, promote_t<A, B>>>* reuse = nullptr)
+{
+    using C = std::common_type_t<compute_t<A>, compute_t<B>>;
+    return binary_body<NeedsAmax, out_or_t<Out, promote_t<A, B>>>(op, beside<C, B>(a), beside<C, A>(b), ka, kb, request,
+                                                                   rule, f, reuse);
 }
 
 /// The memory of an expiring operand (an rvalue ScaledArray) that has the result's element type
@@ -285,9 +296,25 @@ template <class Strategy, class Out, class A, class PA, class B, class PB>
     return where_by_rule<needs_amax_v<Strategy>, Out>(cond, a, b, rule_for<ops::where, Strategy, common_policy_t<PA, PB>>());
 }
 
+namespace detail {
+/// where_by_rule's body (see binary_body).
+template <bool NeedsAmax, class R, class A, class PA, class B, class PB>
+[[nodiscard]] auto where_body(const xt::xarray<bool>& cond, const ScaledArray<A, PA>& a, const ScaledArray<B, PB>& b,
+                              scale_rule rule);
+}  // namespace detail
+
+/// Operands of different element types are read in their compute type (beside).
 template <bool NeedsAmax, class Out, class A, class PA, class B, class PB>
 [[nodiscard]] auto detail::where_by_rule(const xt::xarray<bool>& cond, const ScaledArray<A, PA>& a,
                                          const ScaledArray<B, PB>& b, scale_rule rule)
+{
+    using C = std::common_type_t<compute_t<A>, compute_t<B>>;
+    return where_body<NeedsAmax, out_or_t<Out, promote_t<A, B>>>(cond, beside<C, B>(a), beside<C, A>(b), rule);
+}
+
+template <bool NeedsAmax, class R, class A, class PA, class B, class PB>
+[[nodiscard]] auto detail::where_body(const xt::xarray<bool>& cond, const ScaledArray<A, PA>& a, const ScaledArray<B, PB>& b,
+                                      scale_rule rule)
 {
     const auto shape = detail::broadcast_shapes("where", cond.shape(), detail::broadcast_shapes("where", a.shape(), b.shape()));
     xt::xarray<bool> cond_storage;
@@ -303,7 +330,6 @@ template <bool NeedsAmax, class Out, class A, class PA, class B, class PB>
     request.input_scales[1] = b.scale();
     request.input_count = 2;
     using C = std::common_type_t<compute_t<A>, compute_t<B>>;
-    using R = detail::out_or_t<Out, promote_t<A, B>>;
     const auto ka = detail::make_factor<C>(m == 0.0f ? 0.0 : double(a.scale()) / m);
     const auto kb = detail::make_factor<C>(m == 0.0f ? 0.0 : double(b.scale()) / m);
     return detail::finish_by_rule<NeedsAmax, common_policy_t<PA, PB>, R, C>("where", shape, request, rule, [=](std::size_t i) {
@@ -581,11 +607,10 @@ template <class V>
     return std::bit_cast<V>(std::bit_cast<bits>(V(1)) & (bits{0} - bits{condition}));
 }
 
-/// g * f'(x) for a pointwise op, stored under Op's rule with g's type and policy (natural scale
-/// sg; the request's input scales are {sg, sx}). `derivative` maps x's value to f'(x).
-template <bool NeedsAmax, class G, class PG, class X, class PX, class Derivative>
-[[nodiscard]] ScaledArray<G, PG> pointwise_vjp_by_rule(const char* op, const ScaledArray<G, PG>& g, const ScaledArray<X, PX>& x,
-                                               scale_rule rule, Derivative derivative)
+/// pointwise_vjp_by_rule's body (see binary_body), the result stored as R.
+template <bool NeedsAmax, class R, class G, class PG, class X, class PX, class Derivative>
+[[nodiscard]] ScaledArray<R, PG> pointwise_vjp_body(const char* op, const ScaledArray<G, PG>& g, const ScaledArray<X, PX>& x,
+                                                    scale_rule rule, Derivative derivative)
 {
     using C = std::common_type_t<compute_t<G>, compute_t<X>>;
     const auto shape = broadcast_shapes(op, g.shape(), x.shape());
@@ -599,10 +624,21 @@ template <bool NeedsAmax, class G, class PG, class X, class PX, class Derivative
     request.input_scales[0] = g.scale();
     request.input_scales[1] = x.scale();
     request.input_count = 2;
-    return finish_by_rule<NeedsAmax, PG, G, C>(op, shape, request, rule, [=](std::size_t i) {
+    return finish_by_rule<NeedsAmax, PG, R, C>(op, shape, request, rule, [=](std::size_t i) {
         const C xv = bit_select(sx == C(0), C(0), load(px[i]) * sx);  // a zero-scale x is zeros (masks: vectorises)
         return load(pg[i]) * derivative(xv);
     });
+}
+
+/// g * f'(x) for a pointwise op, stored under Op's rule with g's type and policy (natural scale
+/// sg; the request's input scales are {sg, sx}). `derivative` maps x's value to f'(x). g and x of
+/// different element types are read in their compute type (beside).
+template <bool NeedsAmax, class G, class PG, class X, class PX, class Derivative>
+[[nodiscard]] ScaledArray<G, PG> pointwise_vjp_by_rule(const char* op, const ScaledArray<G, PG>& g, const ScaledArray<X, PX>& x,
+                                                       scale_rule rule, Derivative derivative)
+{
+    using C = std::common_type_t<compute_t<G>, compute_t<X>>;
+    return pointwise_vjp_body<NeedsAmax, G>(op, beside<C, X>(g), beside<C, G>(x), rule, derivative);
 }
 
 /// The derivatives of the pointwise ops, as types of their own (see elementwise.hpp's plus_fn).

@@ -164,10 +164,10 @@ template <class Strategy = default_scaling, class Out = void, class T, class P>
 
 // ---- softmax ----------------------------------------------------------------------------------
 
-/// y = softmax(x, axis), given y: y * (g - sum_axis(g * y)), computed in one pass in compute_t
-/// and stored once (natural scale sg * sy). shape_error unless g and y have the same shape.
-template <class Strategy = default_scaling, class G, class PG, class Y, class PY>
-[[nodiscard]] auto softmax_vjp(const ScaledArray<G, PG>& g, const ScaledArray<Y, PY>& y, std::size_t axis)
+namespace detail {
+/// softmax_vjp's body (see binary_body), the result stored as R.
+template <class Strategy, class R, class G, class PG, class Y, class PY>
+[[nodiscard]] auto softmax_vjp_body(const ScaledArray<G, PG>& g, const ScaledArray<Y, PY>& y, std::size_t axis)
 {
     using C = std::common_type_t<compute_t<G>, compute_t<Y>>;
     detail::require_same_shape("softmax_vjp", g, y);
@@ -192,7 +192,7 @@ template <class Strategy = default_scaling, class G, class PG, class Y, class PY
         std::vector<C> dots(lanes.outer);
         lanes.for_each([&](std::size_t base, std::size_t) { dots[base / lanes.length] = lane_dot(base, detail::contiguous_lane{}); });
         const auto at = [element, dots = dots.data()](std::size_t i, std::size_t, std::size_t lane) { return element(i, dots[lane]); };
-        return detail::finish<ops::vjp<ops::softmax>, Strategy, common_policy_t<PG, PY>, G, C>(
+        return detail::finish<ops::vjp<ops::softmax>, Strategy, common_policy_t<PG, PY>, R, C>(
             "softmax_vjp", y.shape(), request, detail::periodic_source<decltype(at)>{at, lanes.length});
     }
     std::vector<C> raw(y.size());
@@ -200,14 +200,25 @@ template <class Strategy = default_scaling, class G, class PG, class Y, class PY
         const C dot = lane_dot(base, stride);
         for (std::size_t k = 0; k < lanes.length; ++k) raw[base + k * stride] = element(base + k * stride, dot);
     });
-    return detail::finish<ops::vjp<ops::softmax>, Strategy, common_policy_t<PG, PY>, G, C>(
+    return detail::finish<ops::vjp<ops::softmax>, Strategy, common_policy_t<PG, PY>, R, C>(
         "softmax_vjp", y.shape(), request, [&raw](std::size_t i) { return raw[i]; });
 }
+}  // namespace detail
 
-/// y = log_softmax(x, axis), given y: g - exp(y) * sum_axis(g), in one pass (natural scale sg).
-/// shape_error unless g and y have the same shape.
+/// y = softmax(x, axis), given y: y * (g - sum_axis(g * y)), computed in one pass in compute_t
+/// and stored once (natural scale sg * sy); g and y of different element types are read in
+/// their compute type. shape_error unless g and y have the same shape.
 template <class Strategy = default_scaling, class G, class PG, class Y, class PY>
-[[nodiscard]] ScaledArray<G, PG> log_softmax_vjp(const ScaledArray<G, PG>& g, const ScaledArray<Y, PY>& y, std::size_t axis)
+[[nodiscard]] auto softmax_vjp(const ScaledArray<G, PG>& g, const ScaledArray<Y, PY>& y, std::size_t axis)
+{
+    using C = std::common_type_t<compute_t<G>, compute_t<Y>>;
+    return detail::softmax_vjp_body<Strategy, G>(detail::beside<C, Y>(g), detail::beside<C, G>(y), axis);
+}
+
+namespace detail {
+/// log_softmax_vjp's body (see binary_body), the result stored as R.
+template <class Strategy, class R, class G, class PG, class Y, class PY>
+[[nodiscard]] ScaledArray<R, PG> log_softmax_vjp_body(const ScaledArray<G, PG>& g, const ScaledArray<Y, PY>& y, std::size_t axis)
 {
     using C = std::common_type_t<compute_t<G>, compute_t<Y>>;
     detail::require_same_shape("log_softmax_vjp", g, y);
@@ -234,7 +245,7 @@ template <class Strategy = default_scaling, class G, class PG, class Y, class PY
         const auto at = [element, totals = totals.data()](std::size_t i, std::size_t, std::size_t lane) {
             return element(i, totals[lane]);
         };
-        return detail::finish<ops::vjp<ops::log_softmax>, Strategy, PG, G, C>(
+        return detail::finish<ops::vjp<ops::log_softmax>, Strategy, PG, R, C>(
             "log_softmax_vjp", y.shape(), request, detail::periodic_source<decltype(at)>{at, lanes.length});
     }
     std::vector<C> raw(y.size());
@@ -242,8 +253,19 @@ template <class Strategy = default_scaling, class G, class PG, class Y, class PY
         const C total = lane_total(base, stride);
         for (std::size_t k = 0; k < lanes.length; ++k) raw[base + k * stride] = element(base + k * stride, total);
     });
-    return detail::finish<ops::vjp<ops::log_softmax>, Strategy, PG, G, C>("log_softmax_vjp", y.shape(), request,
+    return detail::finish<ops::vjp<ops::log_softmax>, Strategy, PG, R, C>("log_softmax_vjp", y.shape(), request,
                                                                           [&raw](std::size_t i) { return raw[i]; });
+}
+}  // namespace detail
+
+/// y = log_softmax(x, axis), given y: g - exp(y) * sum_axis(g), in one pass (natural scale sg);
+/// g and y of different element types are read in their compute type. shape_error unless g and
+/// y have the same shape.
+template <class Strategy = default_scaling, class G, class PG, class Y, class PY>
+[[nodiscard]] ScaledArray<G, PG> log_softmax_vjp(const ScaledArray<G, PG>& g, const ScaledArray<Y, PY>& y, std::size_t axis)
+{
+    using C = std::common_type_t<compute_t<G>, compute_t<Y>>;
+    return detail::log_softmax_vjp_body<Strategy, G>(detail::beside<C, Y>(g), detail::beside<C, G>(y), axis);
 }
 
 // ---- loss -------------------------------------------------------------------------------------

@@ -131,10 +131,10 @@ template <class Op, bool Centred, class Strategy, class Out, class T, class P>
                                                           lane_statistics<Centred, T, P>(x, normalised_length(op, x, eps), eps));
 }
 
-/// The gradient from x's lane statistics (those its forward pass computed: the same values).
+/// normalise_last_axis_vjp's body (see binary_body).
 template <class Op, bool Centred, class Strategy, class Out, class G, class PG, class T, class P>
-[[nodiscard]] auto normalise_last_axis_vjp(const char* op, const ScaledArray<G, PG>& g, const ScaledArray<T, P>& x, double eps,
-                                           const lane_statistics<Centred, T, P>& stats)
+[[nodiscard]] auto normalise_last_axis_vjp_body(const char* op, const ScaledArray<G, PG>& g, const ScaledArray<T, P>& x,
+                                                double eps, const lane_statistics<Centred, T, P>& stats)
 {
     using C = compute_t<G>;
     const std::size_t length = normalised_length(op, x, eps);
@@ -178,6 +178,15 @@ template <class Op, bool Centred, class Strategy, class Out, class G, class PG, 
     }
     return finish<ops::vjp<Op>, Strategy, PG, out_or_t<Out, G>, C>(op, g.shape(), request,
                                                                   periodic_source<decltype(at)>{at, std::max<std::size_t>(length, 1)});
+}
+
+/// The gradient from x's lane statistics (those its forward pass computed: the same values). A
+/// cotangent of another element type than x's is read in its compute type (beside).
+template <class Op, bool Centred, class Strategy, class Out, class G, class PG, class T, class P>
+[[nodiscard]] auto normalise_last_axis_vjp(const char* op, const ScaledArray<G, PG>& g, const ScaledArray<T, P>& x, double eps,
+                                           const lane_statistics<Centred, T, P>& stats)
+{
+    return normalise_last_axis_vjp_body<Op, Centred, Strategy, out_or_t<Out, G>>(op, beside<compute_t<G>, T>(g), x, eps, stats);
 }
 
 template <class Op, bool Centred, class Strategy, class Out, class G, class PG, class T, class P>

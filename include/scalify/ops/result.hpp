@@ -72,6 +72,38 @@ template <class T, class P>
     return static_cast<float>(std::abs(static_cast<double>(load(a.data().data()[0])) * a.scale()));
 }
 
+/// a's values in type C, which is at least as wide as a's element type (so exactly), at a's
+/// scale; a itself where it holds C. The edge at which an op whose operands have different
+/// element types decodes them, so that its body is compiled once per compute type rather than
+/// once per pair of storage types (docs/ops.md, "Arithmetic"): one pass over the narrow operand,
+/// whose values the body would have widened to C element by element anyway.
+template <class C, class T, class P>
+[[nodiscard]] decltype(auto) in_type(const ScaledArray<T, P>& a)
+{
+    if constexpr (std::same_as<T, C>) {
+        return (a);
+    } else {
+        static_assert(std::same_as<std::common_type_t<compute_t<T>, C>, C>, "in_type widens only");
+        xt::xarray<C> data = xt::xarray<C>::from_shape(a.shape());
+        const T* from = a.data().data();
+        C* to = data.data();
+        for (std::size_t i = 0; i < a.size(); ++i) to[i] = static_cast<C>(load(from[i]));
+        return ScaledArray<C, P>(std::move(data), a.scale());
+    }
+}
+
+/// x as an op's body reads it beside an operand of element type Other: as it is where both have
+/// one type, else in the op's compute type C (in_type).
+template <class C, class Other, class T, class P>
+[[nodiscard]] decltype(auto) beside(const ScaledArray<T, P>& x)
+{
+    if constexpr (std::same_as<T, Other>) {
+        return (x);
+    } else {
+        return in_type<C>(x);
+    }
+}
+
 /// A scale the strategy returned, checked: finite, non-negative, and valid for Policy.
 template <ScalePolicy Policy>
 [[nodiscard]] float checked_output_scale(float scale, const char* op, const scale_request& request)
