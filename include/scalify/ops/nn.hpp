@@ -165,6 +165,29 @@ template <class Strategy = default_scaling, class Out = void, class T, class P>
 // ---- softmax ----------------------------------------------------------------------------------
 
 namespace detail {
+/// A backward rule that reduces each lane to one value (reduce(base, stride)) and computes each
+/// element from its lane's value (element(i, value)), stored under Strategy's rule for Op:
+/// contiguous lanes straight from their values (a periodic_source, no buffer of raw results, as
+/// normalise_along), strided ones through a buffer.
+template <class Op, class Strategy, class Policy, class R, class C, class Shape, class Reduce, class Element>
+[[nodiscard]] ScaledArray<R, Policy> finish_from_lanes(const char* op, const axis_lanes& lanes, const Shape& shape,
+                                                       scale_request request, Reduce reduce, Element element)
+{
+    request.axis_length = lanes.length;
+    if (lanes.inner == 1 && lanes.length != 0) {
+        std::vector<C> values(lanes.outer);
+        lanes.for_each([&](std::size_t base, std::size_t) { values[base / lanes.length] = reduce(base, contiguous_lane{}); });
+        const auto at = [element, values = values.data()](std::size_t i, std::size_t, std::size_t lane) { return element(i, values[lane]); };
+        return finish<Op, Strategy, Policy, R, C>(op, shape, request, periodic_source<decltype(at)>{at, lanes.length});
+    }
+    std::vector<C> raw(element_count(shape));
+    lanes.for_each([&](std::size_t base, std::size_t stride) {
+        const C value = reduce(base, stride);
+        for (std::size_t k = 0; k < lanes.length; ++k) raw[base + k * stride] = element(base + k * stride, value);
+    });
+    return finish<Op, Strategy, Policy, R, C>(op, shape, request, [&raw](std::size_t i) { return raw[i]; });
+}
+
 /// softmax_vjp's body (see binary_body), the result stored as R.
 template <class Strategy, class R, class G, class PG, class Y, class PY>
 [[nodiscard]] auto softmax_vjp_body(const ScaledArray<G, PG>& g, const ScaledArray<Y, PY>& y, std::size_t axis)
@@ -187,21 +210,8 @@ template <class Strategy, class R, class G, class PG, class Y, class PY>
     request.input_scales[0] = g.scale();
     request.input_scales[1] = y.scale();
     request.input_count = 2;
-    request.axis_length = lanes.length;
-    if (lanes.inner == 1 && lanes.length != 0) {  // contiguous lanes: stored straight from each lane's dot (see normalise_along)
-        std::vector<C> dots(lanes.outer);
-        lanes.for_each([&](std::size_t base, std::size_t) { dots[base / lanes.length] = lane_dot(base, detail::contiguous_lane{}); });
-        const auto at = [element, dots = dots.data()](std::size_t i, std::size_t, std::size_t lane) { return element(i, dots[lane]); };
-        return detail::finish<ops::vjp<ops::softmax>, Strategy, common_policy_t<PG, PY>, R, C>(
-            "softmax_vjp", y.shape(), request, detail::periodic_source<decltype(at)>{at, lanes.length});
-    }
-    std::vector<C> raw(y.size());
-    lanes.for_each([&](std::size_t base, std::size_t stride) {
-        const C dot = lane_dot(base, stride);
-        for (std::size_t k = 0; k < lanes.length; ++k) raw[base + k * stride] = element(base + k * stride, dot);
-    });
-    return detail::finish<ops::vjp<ops::softmax>, Strategy, common_policy_t<PG, PY>, R, C>(
-        "softmax_vjp", y.shape(), request, [&raw](std::size_t i) { return raw[i]; });
+    return finish_from_lanes<ops::vjp<ops::softmax>, Strategy, common_policy_t<PG, PY>, R, C>("softmax_vjp", lanes, y.shape(),
+                                                                                             request, lane_dot, element);
 }
 }  // namespace detail
 
@@ -238,23 +248,8 @@ template <class Strategy, class R, class G, class PG, class Y, class PY>
     request.input_scales[0] = g.scale();
     request.input_scales[1] = y.scale();
     request.input_count = 2;
-    request.axis_length = lanes.length;
-    if (lanes.inner == 1 && lanes.length != 0) {  // contiguous lanes: stored straight from each lane's total (see normalise_along)
-        std::vector<C> totals(lanes.outer);
-        lanes.for_each([&](std::size_t base, std::size_t) { totals[base / lanes.length] = lane_total(base, detail::contiguous_lane{}); });
-        const auto at = [element, totals = totals.data()](std::size_t i, std::size_t, std::size_t lane) {
-            return element(i, totals[lane]);
-        };
-        return detail::finish<ops::vjp<ops::log_softmax>, Strategy, PG, R, C>(
-            "log_softmax_vjp", y.shape(), request, detail::periodic_source<decltype(at)>{at, lanes.length});
-    }
-    std::vector<C> raw(y.size());
-    lanes.for_each([&](std::size_t base, std::size_t stride) {
-        const C total = lane_total(base, stride);
-        for (std::size_t k = 0; k < lanes.length; ++k) raw[base + k * stride] = element(base + k * stride, total);
-    });
-    return detail::finish<ops::vjp<ops::log_softmax>, Strategy, PG, R, C>("log_softmax_vjp", y.shape(), request,
-                                                                          [&raw](std::size_t i) { return raw[i]; });
+    return finish_from_lanes<ops::vjp<ops::log_softmax>, Strategy, PG, R, C>("log_softmax_vjp", lanes, y.shape(), request,
+                                                                              lane_total, element);
 }
 }  // namespace detail
 
