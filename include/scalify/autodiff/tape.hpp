@@ -492,6 +492,32 @@ template <ScaledElement C, ScalePolicy P>
     return g.template as<C>();
 }
 
+/// Joins the tape of input v (if it records) into `state`, the tape of the op being recorded:
+/// autodiff_error when the op's inputs come from two tapes. Returns v's node.
+template <ScalePolicy P, class V>
+[[nodiscard]] const auto& join_tape(std::shared_ptr<tape_state<P>>& state, const V& v, const char* op)
+{
+    auto live = var_access::live_tape(v, op);
+    if (live && state && live != state) {
+        SCALIFY_THROW(autodiff_error(fmt::format("{}: inputs come from two different tapes", op)));
+    }
+    if (live) state = std::move(live);
+    return var_access::node(v);
+}
+
+/// Puts an op's output node on `state`'s tape (and tells its observer, with the inputs' nodes).
+template <ScalePolicy P>
+void place_on_tape(node_base<P>& node, tape_state<P>& state, const char* op, const node_base<P>* const* inputs,
+                   std::size_t input_count)
+{
+    node.requires_grad = true;
+    node.tape = &state;
+    node.index = state.nodes.size();
+    if (tape_observer* const observer = observer_of(&state)) [[unlikely]] {
+        report_record(*observer, op, node, inputs, input_count);
+    }
+}
+
 /// Records an op. `backward(g, output, inputs...)` gets the output's cotangent and the values of
 /// the output and of every input, and returns one cotangent (or no_gradient) per input; Rule says
 /// in which types (see CotangentRule).
@@ -513,12 +539,7 @@ template <class Strategy, CotangentRule Rule = computes_in_value_type, ScaledEle
     std::apply(
         [&](const auto&... in) {
             const auto visit_input = [&](const auto& v) {
-                auto live = var_access::live_tape(v, op);
-                if (live && state && live != state) {
-                    SCALIFY_THROW(autodiff_error(fmt::format("{}: inputs come from two different tapes", op)));
-                }
-                if (live) state = std::move(live);
-                const auto& input = var_access::node(v);
+                const auto& input = join_tape(state, v, op);
                 requires_grad = requires_grad || input->requires_grad;
                 input_bases[input_count++] = input.get();
             };
@@ -528,13 +549,7 @@ template <class Strategy, CotangentRule Rule = computes_in_value_type, ScaledEle
 
     auto node = std::make_shared<value_node<T, P, Strategy>>(std::move(output));
     if (!state || !requires_grad) return var_access::make(std::move(node), std::shared_ptr<tape_state<P>>{});
-
-    node->requires_grad = true;
-    node->tape = state.get();
-    node->index = state->nodes.size();
-    if (tape_observer* const observer = observer_of(state.get())) [[unlikely]] {
-        report_record(*observer, op, static_cast<const node_base<P>&>(*node), input_bases.data(), input_count);
-    }
+    place_on_tape<P>(*node, *state, op, input_bases.data(), input_count);
     auto input_nodes = std::apply([](const auto&... in) { return std::make_tuple(var_access::node(in)...); }, inputs);
     // The closure lives in the node, so the raw pointer to it is valid whenever it runs.
     node->backward = [self = node.get(), input_nodes = std::move(input_nodes),
@@ -578,25 +593,15 @@ template <class Strategy, ScaledElement T, ScalePolicy P, ScaledElement I, class
     std::shared_ptr<tape_state<P>> state;
     bool requires_grad = false;
     std::vector<std::shared_ptr<value_node<I, P, Strategy>>> input_nodes;
+    std::vector<const node_base<P>*> input_bases;  // for an observer
     for (const auto& v : inputs) {
-        auto live = var_access::live_tape(v, op);
-        if (live && state && live != state) {
-            SCALIFY_THROW(autodiff_error(fmt::format("{}: inputs come from two different tapes", op)));
-        }
-        if (live) state = std::move(live);
-        input_nodes.push_back(var_access::node(v));
+        input_nodes.push_back(join_tape(state, v, op));
         requires_grad = requires_grad || input_nodes.back()->requires_grad;
+        input_bases.push_back(input_nodes.back().get());
     }
     auto node = std::make_shared<value_node<T, P, Strategy>>(std::move(output));
     if (!state || !requires_grad) return var_access::make(std::move(node), std::shared_ptr<tape_state<P>>{});
-    node->requires_grad = true;
-    node->tape = state.get();
-    node->index = state->nodes.size();
-    if (tape_observer* const observer = observer_of(state.get())) [[unlikely]] {
-        std::vector<const node_base<P>*> input_bases;
-        for (const auto& in : input_nodes) input_bases.push_back(in.get());
-        report_record(*observer, op, static_cast<const node_base<P>&>(*node), input_bases.data(), input_bases.size());
-    }
+    place_on_tape<P>(*node, *state, op, input_bases.data(), input_bases.size());
     // computes_in_value_type (see CotangentRule).
     node->backward = [input_nodes = std::move(input_nodes), backward = std::move(backward)](gradient<P>&& g) {
         const auto cotangent = take_as<compute_t<T>>(std::move(g));
