@@ -62,7 +62,6 @@ template <class A, class SA, class B, class SB>
     }
     using matrix = detail::row_major_matrix<float>;
     xt::xarray<float> out = xt::xarray<float>::from_shape({m, n});
-    Eigen::Map<matrix> c(out.data(), static_cast<Eigen::Index>(m), static_cast<Eigen::Index>(n));
     constexpr bool pow2_scales = std::same_as<SA, float8_e8m0fnu> && std::same_as<SB, float8_e8m0fnu>;
     if constexpr (pow2_scales) {
         thread_local matrix a_panel, b_panel;
@@ -70,20 +69,22 @@ template <class A, class SA, class B, class SB>
         b_panel.resize(static_cast<Eigen::Index>(k), static_cast<Eigen::Index>(n));
         detail::decode_scaled(a, a_panel.data());
         detail::decode_scaled(b, b_panel.data());
-        if (k == 0) c.setZero();
-        else c.noalias() = a_panel * b_panel;
+        detail::gemm_slab<float, false, false>(a_panel.data(), k, b_panel.data(), n, out.data(), n, m, k, n, 1.0f, false);
     } else {
         thread_local matrix a_panel, b_panel, partial;
+        partial.resize(static_cast<Eigen::Index>(m), static_cast<Eigen::Index>(n));
         a_panel.resize(static_cast<Eigen::Index>(m), static_cast<Eigen::Index>(k));
         b_panel.resize(static_cast<Eigen::Index>(k), static_cast<Eigen::Index>(n));
         for (std::size_t i = 0; i < m * k; ++i) a_panel.data()[i] = static_cast<float>(detail::load(a.data().data()[i]));
         for (std::size_t i = 0; i < k * n; ++i) b_panel.data()[i] = static_cast<float>(detail::load(b.data().data()[i]));
+        Eigen::Map<matrix> c(out.data(), static_cast<Eigen::Index>(m), static_cast<Eigen::Index>(n));
         c.setZero();
         const std::size_t block = a.block_cols();
         for (std::size_t k0 = 0; k0 < k; k0 += block) {
-            const auto len = static_cast<Eigen::Index>(std::min(block, k - k0));
-            const auto start = static_cast<Eigen::Index>(k0);
-            partial.noalias() = a_panel.middleCols(start, len) * b_panel.middleRows(start, len);
+            const std::size_t len = std::min(block, k - k0);
+            // partial = a's columns [k0, k0 + len) times b's rows [k0, k0 + len)
+            detail::gemm_slab<float, false, false>(a_panel.data() + k0, k, b_panel.data() + k0 * n, n, partial.data(), n, m, len,
+                                                   n, 1.0f, false);
             const std::size_t kb = k0 / block;
             for (std::size_t i = 0; i < m; ++i) {
                 const float sa = static_cast<float>(a.scales()(i / a.block_rows(), kb));

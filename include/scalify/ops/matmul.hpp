@@ -99,18 +99,73 @@ template <class R, class Buffer>
 /// threads (it gives each thread at least 50 000).
 inline constexpr double gemm_parallel_work = 100000.0;
 
-/// A row-major matrix stored with a row stride, read as itself or (Transposed) as its transpose:
-/// the transpose of a row-major matrix is the column-major matrix over the same memory.
-template <class C, bool Transposed>
-using stored_operand = Eigen::Map<const Eigen::Matrix<C, Eigen::Dynamic, Eigen::Dynamic, Transposed ? Eigen::ColMajor : Eigen::RowMajor>,
-                                  Eigen::Unaligned, Eigen::OuterStride<>>;
+/// y += alpha * M x through Eigen's GEMV kernel: M (rows x cols) stored in MatrixOrder with outer
+/// stride ldm, x with element stride incx, y with element stride incy. The column-major kernel
+/// reads a strided x but writes a contiguous y (a strided one goes through a copy); the row-major
+/// kernel reads a contiguous x (a strided one is copied) and writes a strided y.
+template <class C, int MatrixOrder>
+void eigen_matrix_vector(const C* m, std::size_t ldm, std::size_t rows, std::size_t cols, const C* x, std::size_t incx, C* y,
+                         std::size_t incy, C alpha)
+{
+    using Eigen::Index;
+    using namespace Eigen::internal;
+    if constexpr (MatrixOrder == Eigen::ColMajor) {
+        std::vector<C> gathered;
+        C* target = y;
+        if (incy != 1) {
+            gathered.resize(rows);
+            for (std::size_t i = 0; i < rows; ++i) gathered[i] = y[i * incy];
+            target = gathered.data();
+        }
+        general_matrix_vector_product<Index, C, const_blas_data_mapper<C, Index, Eigen::ColMajor>, Eigen::ColMajor, false, C,
+                                      const_blas_data_mapper<C, Index, Eigen::RowMajor>, false>::run(
+            Index(rows), Index(cols), const_blas_data_mapper<C, Index, Eigen::ColMajor>(m, Index(ldm)),
+            const_blas_data_mapper<C, Index, Eigen::RowMajor>(x, Index(incx)), target, 1, alpha);
+        if (incy != 1) {
+            for (std::size_t i = 0; i < rows; ++i) y[i * incy] = gathered[i];
+        }
+    } else {
+        std::vector<C> contiguous;
+        if (incx != 1) {
+            contiguous.resize(cols);
+            for (std::size_t j = 0; j < cols; ++j) contiguous[j] = x[j * incx];
+            x = contiguous.data();
+        }
+        general_matrix_vector_product<Index, C, const_blas_data_mapper<C, Index, Eigen::RowMajor>, Eigen::RowMajor, false, C,
+                                      const_blas_data_mapper<C, Index, Eigen::ColMajor>, false>::run(
+            Index(rows), Index(cols), const_blas_data_mapper<C, Index, Eigen::RowMajor>(m, Index(ldm)),
+            const_blas_data_mapper<C, Index, Eigen::ColMajor>(x, 1), y, Index(incy), alpha);
+    }
+}
+
+/// gemm_slab's product with one column (n = 1: op(a) times b's column) or one row (m = 1: the
+/// transposed problem, op(b)^T times a's row), added into out, through Eigen's GEMV kernel.
+template <class C, bool TransposeA, bool TransposeB>
+void eigen_gemv(const C* a, std::size_t lda, const C* b, std::size_t ldb, C* out, std::size_t ldo, std::size_t m,
+                std::size_t k, std::size_t n, C alpha)
+{
+    if (n == 1) {
+        // op(a) is m x k: row-major with row stride lda, or (TransposeA) column-major with column stride lda.
+        constexpr int order = TransposeA ? Eigen::ColMajor : Eigen::RowMajor;
+        eigen_matrix_vector<C, order>(a, lda, m, k, b, TransposeB ? 1 : ldb, out, ldo, alpha);
+    } else {
+        // out's row = op(b)^T (n x k) times op(a)'s row: op(b)^T is column-major with column stride
+        // ldb, or (TransposeB) row-major with row stride ldb.
+        constexpr int order = TransposeB ? Eigen::RowMajor : Eigen::ColMajor;
+        eigen_matrix_vector<C, order>(b, ldb, n, k, a, TransposeA ? lda : 1, out, 1, alpha);
+    }
+}
 
 /// out (m x n, row-major, row stride ldo) = alpha * op(a) op(b) (+ out when `accumulate`: the
-/// GEMM's beta = 1, linear's bias rows) through Eigen's sequential GEMM;
-/// a is stored m x k (k x m when TransposeA) with row stride lda, b likewise. The one Eigen
-/// product expression of the library per (C, TransposeA, TransposeB): every matmul, batched or
-/// not, forward or backward, and every thread's slab goes through it, so Eigen's GEMM machinery
-/// is compiled at most four times per compute type.
+/// GEMM's beta = 1, linear's bias rows) through Eigen's sequential GEMM kernel, or its GEMV kernel
+/// for a product with one row or one column; a is stored m x k (k x m when TransposeA) with row
+/// stride lda, b likewise. Every matmul, batched or not, forward or backward, and every thread's
+/// slab goes through it. The kernels are called directly rather than through Eigen's product
+/// expressions: those instantiate the coefficient-wise and GEMV paths for every layout, a
+/// hundred and more expression types that were a fifth of a small training program's compile
+/// time and half of its -O0 -g binary (debug names). Each sum then runs in the GEMM's order for
+/// every size (Eigen's expressions multiplied products with M + N + K < 20 coefficient by
+/// coefficient).
 template <class C, bool TransposeA, bool TransposeB>
 void gemm_slab(const C* a, std::size_t lda, const C* b, std::size_t ldb, C* out, std::size_t ldo, std::size_t m,
                std::size_t k, std::size_t n, C alpha, bool accumulate)
@@ -138,13 +193,22 @@ void gemm_slab(const C* a, std::size_t lda, const C* b, std::size_t ldb, C* out,
         }
     }
 #endif
-    const auto index = [](std::size_t extent) { return static_cast<Eigen::Index>(extent); };
-    const stored_operand<C, TransposeA> lhs(a, index(m), index(k), Eigen::OuterStride<>(index(lda)));
-    const stored_operand<C, TransposeB> rhs(b, index(k), index(n), Eigen::OuterStride<>(index(ldb)));
-    Eigen::Map<row_major_matrix<C>, Eigen::Unaligned, Eigen::OuterStride<>> dst(out, index(m), index(n),
-                                                                               Eigen::OuterStride<>(index(ldo)));
-    if (accumulate) dst.noalias() += alpha * (lhs * rhs);  // these forms fold alpha into the GEMM, no temporary
-    else dst.noalias() = alpha * (lhs * rhs);
+    if (m == 0 || n == 0) return;
+    if (!accumulate) {
+        for (std::size_t row = 0; row < m; ++row) std::fill_n(out + row * ldo, n, C(0));
+    }
+    if (k == 0) return;
+    using Eigen::Index;
+    if (n == 1 || m == 1) {
+        eigen_gemv<C, TransposeA, TransposeB>(a, lda, b, ldb, out, ldo, m, k, n, alpha);
+        return;
+    }
+    Eigen::internal::gemm_blocking_space<Eigen::RowMajor, C, C, Eigen::Dynamic, Eigen::Dynamic, Eigen::Dynamic> blocking(
+        Index(m), Index(n), Index(k), 1, true);
+    Eigen::internal::general_matrix_matrix_product<Index, C, TransposeA ? Eigen::ColMajor : Eigen::RowMajor, false, C,
+                                                   TransposeB ? Eigen::ColMajor : Eigen::RowMajor, false, Eigen::RowMajor,
+                                                   1>::run(Index(m), Index(n), Index(k), a, Index(lda), b, Index(ldb), out, 1,
+                                                           Index(ldo), alpha, blocking, nullptr);
 }
 
 /// out (m x n, row-major, dense) = alpha * op(a) op(b), with bits that do not depend on the
@@ -672,13 +736,17 @@ template <class Strategy, class Out, class A, class PA, class B, class PB>
 /// operand broadcast over batches gets the batches' gradients summed back (unbroadcast, whose
 /// rule adds that sum to the product's contraction). With a 2-D second operand the batches' rows
 /// form one 2-D product each way, as in the forward pass. Grids: typed_operands or vjp_grids.
-/// Whether a product of M x K by K x N rounds the same whether an operand is read transposed in
-/// place or from a transposed copy: the GEMM kernels (Eigen's, the BLAS's) pack either layout into
-/// the same panels, but below EIGEN_GEMM_TO_COEFFBASED_THRESHOLD (M + N + K < 20) Eigen multiplies
-/// coefficient by coefficient in an order that follows the layout.
+/// Whether a product of M x K by K x N, and the two products of its backward pass, round the same
+/// whether an operand is read transposed in place or from a transposed copy: the GEMM kernels pack
+/// either layout into the same panels, but a product with one row or one column runs Eigen's
+/// GEMV kernels (gemm_slab), whose two layouts sum in different orders. With a BLAS, also not
+/// below M + N + K = 20, where its small-matrix kernels need not pack.
 [[nodiscard]] constexpr bool transposed_reads_keep_bits(std::size_t m, std::size_t k, std::size_t n) noexcept
 {
-    return m + n + k >= EIGEN_GEMM_TO_COEFFBASED_THRESHOLD;
+#if defined(EIGEN_USE_BLAS)
+    if (m + n + k < 20) return false;
+#endif
+    return m > 1 && k > 1 && n > 1;
 }
 
 /// op(a) op(b) over batches on Eigen's path (or the BLAS's), an operand marked transposed read
