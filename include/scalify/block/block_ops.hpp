@@ -69,7 +69,7 @@ template <class A, class SA, class B, class SB>
         b_panel.resize(static_cast<Eigen::Index>(k), static_cast<Eigen::Index>(n));
         detail::decode_scaled(a, a_panel.data());
         detail::decode_scaled(b, b_panel.data());
-        detail::gemm_slab<float, false, false>(a_panel.data(), k, b_panel.data(), n, out.data(), n, m, k, n, 1.0f, false);
+        detail::gemm_any_thread_count<float, false, false>(a_panel.data(), b_panel.data(), m, k, n, out.data(), 1.0f);
     } else {
         thread_local matrix a_panel, b_panel, partial;
         partial.resize(static_cast<Eigen::Index>(m), static_cast<Eigen::Index>(n));
@@ -83,8 +83,8 @@ template <class A, class SA, class B, class SB>
         for (std::size_t k0 = 0; k0 < k; k0 += block) {
             const std::size_t len = std::min(block, k - k0);
             // partial = a's columns [k0, k0 + len) times b's rows [k0, k0 + len)
-            detail::gemm_slab<float, false, false>(a_panel.data() + k0, k, b_panel.data() + k0 * n, n, partial.data(), n, m, len,
-                                                   n, 1.0f, false);
+            detail::gemm_any_thread_count<float, false, false>(a_panel.data() + k0, k, b_panel.data() + k0 * n, n, m, len, n,
+                                                               partial.data(), 1.0f, false);
             const std::size_t kb = k0 / block;
             for (std::size_t i = 0; i < m; ++i) {
                 const float sa = static_cast<float>(a.scales()(i / a.block_rows(), kb));

@@ -138,12 +138,18 @@ void eigen_matrix_vector(const C* m, std::size_t ldm, std::size_t rows, std::siz
     }
 }
 
-/// gemm_slab's product with one column (n = 1: op(a) times b's column) or one row (m = 1: the
-/// transposed problem, op(b)^T times a's row), added into out, through Eigen's GEMV kernel.
+/// out = alpha * op(a) op(b) (+ out when `accumulate`) for a product with one column (n = 1: op(a)
+/// times b's column) or one row (m = 1: the transposed problem, op(b)^T times a's row), through
+/// Eigen's GEMV kernel; strides as gemm_slab's.
 template <class C, bool TransposeA, bool TransposeB>
-void eigen_gemv(const C* a, std::size_t lda, const C* b, std::size_t ldb, C* out, std::size_t ldo, std::size_t m,
-                std::size_t k, std::size_t n, C alpha)
+void gemm_vector(const C* a, std::size_t lda, const C* b, std::size_t ldb, C* out, std::size_t ldo, std::size_t m,
+                 std::size_t k, std::size_t n, C alpha, bool accumulate)
 {
+    if (m == 0 || n == 0) return;
+    if (!accumulate) {
+        for (std::size_t row = 0; row < m; ++row) std::fill_n(out + row * ldo, n, C(0));
+    }
+    if (k == 0) return;
     if (n == 1) {
         // op(a) is m x k: row-major with row stride lda, or (TransposeA) column-major with column stride lda.
         constexpr int order = TransposeA ? Eigen::ColMajor : Eigen::RowMajor;
@@ -157,15 +163,16 @@ void eigen_gemv(const C* a, std::size_t lda, const C* b, std::size_t ldb, C* out
 }
 
 /// out (m x n, row-major, row stride ldo) = alpha * op(a) op(b) (+ out when `accumulate`: the
-/// GEMM's beta = 1, linear's bias rows) through Eigen's sequential GEMM kernel, or its GEMV kernel
-/// for a product with one row or one column; a is stored m x k (k x m when TransposeA) with row
-/// stride lda, b likewise. Every matmul, batched or not, forward or backward, and every thread's
-/// slab goes through it. The kernels are called directly rather than through Eigen's product
-/// expressions: those instantiate the coefficient-wise and GEMV paths for every layout, a
-/// hundred and more expression types that were a fifth of a small training program's compile
-/// time and half of its -O0 -g binary (debug names). Each sum then runs in the GEMM's order for
-/// every size (Eigen's expressions multiplied products with M + N + K < 20 coefficient by
-/// coefficient).
+/// GEMM's beta = 1, linear's bias rows) through Eigen's sequential GEMM kernel, whatever the
+/// shape (a thread's slab of one column is summed as the whole product sums it); a is stored
+/// m x k (k x m when TransposeA) with row stride lda, b likewise. Every matrix product, batched
+/// or not, forward or backward, and every thread's slab goes through it (gemm_any_thread_count
+/// sends a product with one row or column to gemm_vector). The kernel is called directly rather
+/// than through Eigen's product expressions: those instantiate the coefficient-wise and GEMV paths
+/// for every layout, a hundred and more expression types that were a fifth of a small training
+/// program's compile time and half of its -O0 -g binary (debug names). Each sum then runs in the
+/// GEMM's order for every size (Eigen's expressions multiplied products with M + N + K < 20
+/// coefficient by coefficient).
 template <class C, bool TransposeA, bool TransposeB>
 void gemm_slab(const C* a, std::size_t lda, const C* b, std::size_t ldb, C* out, std::size_t ldo, std::size_t m,
                std::size_t k, std::size_t n, C alpha, bool accumulate)
@@ -199,10 +206,6 @@ void gemm_slab(const C* a, std::size_t lda, const C* b, std::size_t ldb, C* out,
     }
     if (k == 0) return;
     using Eigen::Index;
-    if (n == 1 || m == 1) {
-        eigen_gemv<C, TransposeA, TransposeB>(a, lda, b, ldb, out, ldo, m, k, n, alpha);
-        return;
-    }
     Eigen::internal::gemm_blocking_space<Eigen::RowMajor, C, C, Eigen::Dynamic, Eigen::Dynamic, Eigen::Dynamic> blocking(
         Index(m), Index(n), Index(k), 1, true);
     Eigen::internal::general_matrix_matrix_product<Index, C, TransposeA ? Eigen::ColMajor : Eigen::RowMajor, false, C,
@@ -211,8 +214,9 @@ void gemm_slab(const C* a, std::size_t lda, const C* b, std::size_t ldb, C* out,
                                                            Index(ldo), alpha, blocking, nullptr);
 }
 
-/// out (m x n, row-major, dense) = alpha * op(a) op(b), with bits that do not depend on the
-/// thread count. Eigen's own parallel GEMM re-derives its depth blocking from the number of
+/// out (m x n, row-major, dense) = alpha * op(a) op(b), a stored with row stride lda and b with
+/// ldb as in gemm_slab, with bits that do not depend on the thread count. A product with one row
+/// or one column runs Eigen's GEMV kernel on one thread (gemm_vector). Eigen's own parallel GEMM re-derives its depth blocking from the number of
 /// threads, so with 512 or more products per sum a 2-thread result rounds differently from a
 /// 1-thread one. Here every thread runs Eigen's sequential GEMM (Eigen does not fork inside a
 /// parallel region) on a slab of out whose edges sit on the GEMM micro-kernel's tile grid: each
@@ -220,11 +224,14 @@ void gemm_slab(const C* a, std::size_t lda, const C* b, std::size_t ldb, C* out,
 /// the operand packed again by every thread is the smaller one. With EIGEN_USE_BLAS the BLAS
 /// decides (and threads).
 template <class C, bool TransposeA, bool TransposeB>
-void gemm_any_thread_count(const C* a, const C* b, std::size_t m, std::size_t k, std::size_t n, C* out, C alpha,
-                           bool accumulate = false)
+void gemm_any_thread_count(const C* a, std::size_t lda, const C* b, std::size_t ldb, std::size_t m, std::size_t k,
+                           std::size_t n, C* out, C alpha, bool accumulate)
 {
-    const std::size_t lda = TransposeA ? m : k, ldb = TransposeB ? k : n;
 #if !defined(EIGEN_USE_BLAS)
+    if (m == 1 || n == 1) {  // Eigen's GEMV kernel, on one thread
+        gemm_vector<C, TransposeA, TransposeB>(a, lda, b, ldb, out, n, m, k, n, alpha, accumulate);
+        return;
+    }
     const int threads = in_parallel_region() ? 1 : Eigen::nbThreads();  // 1 without OpenMP
     if (threads > 1 && m > 1 && n > 1 && double(m) * double(n) * double(k) >= gemm_parallel_work) {
         using traits = Eigen::internal::gebp_traits<C, C>;
@@ -246,6 +253,14 @@ void gemm_any_thread_count(const C* a, const C* b, std::size_t m, std::size_t k,
     }
 #endif
     gemm_slab<C, TransposeA, TransposeB>(a, lda, b, ldb, out, n, m, k, n, alpha, accumulate);
+}
+/// The same for dense operands (row strides k and n; m and k when transposed).
+template <class C, bool TransposeA, bool TransposeB>
+void gemm_any_thread_count(const C* a, const C* b, std::size_t m, std::size_t k, std::size_t n, C* out, C alpha,
+                           bool accumulate = false)
+{
+    gemm_any_thread_count<C, TransposeA, TransposeB>(a, TransposeA ? m : k, b, TransposeB ? k : n, m, k, n, out, alpha,
+                                                     accumulate);
 }
 
 /// What a matmul's rule sees: natural scale sa sb, both input scales, contraction K.
