@@ -216,9 +216,9 @@ void gemm_slab(const C* a, std::size_t lda, const C* b, std::size_t ldb, C* out,
 
 /// out (m x n, row-major, dense) = alpha * op(a) op(b), a stored with row stride lda and b with
 /// ldb as in gemm_slab, with bits that do not depend on the thread count. A product with one row
-/// or one column runs Eigen's GEMV kernel on one thread (gemm_vector). Eigen's own parallel GEMM re-derives its depth blocking from the number of
-/// threads, so with 512 or more products per sum a 2-thread result rounds differently from a
-/// 1-thread one. Here every thread runs Eigen's sequential GEMM (Eigen does not fork inside a
+/// or one column runs Eigen's GEMV kernel on one thread (gemm_vector). Eigen's own parallel GEMM
+/// re-derives its depth blocking from the number of threads, so with 512 or more products per sum
+/// a 2-thread result rounds differently from a 1-thread one. Here every thread runs Eigen's sequential GEMM (Eigen does not fork inside a
 /// parallel region) on a slab of out whose edges sit on the GEMM micro-kernel's tile grid: each
 /// element is summed in the order of the 1-thread product. Slabs run along out's longer side, so
 /// the operand packed again by every thread is the smaller one. With EIGEN_USE_BLAS the BLAS
