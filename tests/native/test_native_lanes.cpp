@@ -19,14 +19,8 @@ namespace tc = scalify::tensor_core;
 
 namespace native_lanes {
 
-template <class T>
-T from_code(std::uint32_t code)
-{
-    if constexpr (std::same_as<T, float>) return std::bit_cast<float>(code);
-    else if constexpr (std::same_as<T, Eigen::half> || std::same_as<T, Eigen::bfloat16>)
-        return std::bit_cast<T>(static_cast<std::uint16_t>(code));
-    else return T::from_bits(static_cast<std::uint8_t>(code));
-}
+using scalify::testing::from_code;
+using scalify::testing::same_result;
 
 /// mode 0: N(0,1) times 2^[-20, 20); 1: any code (NaN, inf, subnormals); 2: tiny, 2^[-140, -100);
 /// 3: wide, 2^[-60, 70) (bf16 and float past the lanes' exponent range).
@@ -37,13 +31,6 @@ T drawn(std::mt19937& rng, int mode)
     if (mode == 1) return from_code<T>(static_cast<std::uint32_t>(rng()));
     const int low = mode == 2 ? -140 : mode == 3 ? -60 : -20, high = mode == 2 ? -101 : mode == 3 ? 69 : 19;
     return T(std::ldexp(normal(rng), std::uniform_int_distribution<int>(low, high)(rng)));
-}
-
-/// NaN matches any NaN (the lanes and the chain may differ in a NaN's payload); otherwise the bits.
-bool same_result(std::uint32_t got, std::uint32_t want)
-{
-    const bool got_nan = (got & 0x7fffffffu) > 0x7f800000u, want_nan = (want & 0x7fffffffu) > 0x7f800000u;
-    return got_nan || want_nan ? got_nan == want_nan : got == want;
 }
 
 /// Random GEMMs of Model on (TA, TB) operands against gemm_dot, over pairs of modes: M = 5 (two

@@ -7,12 +7,30 @@
 #include <xtensor/xarray.hpp>
 
 #include <bit>
+#include <concepts>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <vector>
 
 namespace scalify::testing {
+
+/// The value of element type T whose bit pattern is `code` (its low 8 or 16 bits for the narrow
+/// types; all 32 for float).
+template <class T>
+T from_code(std::uint32_t code)
+{
+    if constexpr (std::same_as<T, float>) return std::bit_cast<float>(code);
+    else return float_traits<T>::from_bits(static_cast<typename float_traits<T>::format::storage_type>(code));
+}
+
+/// Output bits that agree: a NaN matches any NaN (an engine and the reference chain may differ in
+/// a NaN's payload); otherwise the bits.
+inline bool same_result(std::uint32_t got, std::uint32_t want)
+{
+    const bool got_nan = (got & 0x7fffffffu) > 0x7f800000u, want_nan = (want & 0x7fffffffu) > 0x7f800000u;
+    return got_nan || want_nan ? got_nan == want_nan : got == want;
+}
 
 /// Row i of a (M x K).
 template <class T>

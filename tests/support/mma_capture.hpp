@@ -8,6 +8,8 @@
 // then records of A (16 x K codes, row-major), B (8 columns of K codes), C and D (16 x 8 float32,
 // row-major). cuBLASLt files: records of a header line 'case a=.. b=.. K=.. M=.. N=.. dist=..',
 // then A (M x K codes), BT (N x K codes), D0 (use_fast_accum=False), D1 (True), M x N float32 each.
+#include "gemm_reference.hpp"
+
 #include <scalify/tensor_core.hpp>
 
 #include <array>
@@ -149,11 +151,7 @@ struct tally {
     tally& operator+=(const tally& o) { outputs += o.outputs; equal += o.equal; return *this; }
 };
 
-template <class T>
-T from_code(unsigned code)
-{
-    return scalify::float_traits<T>::from_bits(static_cast<typename scalify::float_traits<T>::format::storage_type>(code));
-}
+using scalify::testing::from_code;
 
 /// Every output of every tile through dot<Model>; per input class.
 template <class Model, class TA, class TB>

@@ -37,14 +37,8 @@ using e5 = float8_e5m2fnuz;
 inline std::uint32_t bits_of(float x) { return std::bit_cast<std::uint32_t>(x); }
 inline float from_bits(std::uint32_t x) { return std::bit_cast<float>(x); }
 
-template <class T>
-T from_code(std::uint32_t code)
-{
-    if constexpr (std::same_as<T, float>) return std::bit_cast<float>(code);
-    else if constexpr (std::same_as<T, f16> || std::same_as<T, bf16>)
-        return std::bit_cast<T>(static_cast<std::uint16_t>(code));
-    else return T::from_bits(static_cast<std::uint8_t>(code));
-}
+using scalify::testing::from_code;
+using scalify::testing::same_result;
 
 template <class T>
 constexpr int hex_digits = sizeof(T) * 2;
@@ -86,12 +80,6 @@ inline std::vector<cdna_vector> read_set(const std::string& file, int a_digits, 
         out.push_back(std::move(v));
     }
     return out;
-}
-
-inline bool same_result(std::uint32_t got, std::uint32_t want)
-{
-    const bool got_nan = (got & 0x7fffffffu) > 0x7f800000u, want_nan = (want & 0x7fffffffu) > 0x7f800000u;
-    return got_nan || want_nan ? got_nan == want_nan : got == want;
 }
 
 struct set_result {
