@@ -101,40 +101,32 @@ inline constexpr double gemm_parallel_work = 100000.0;
 
 /// y += alpha * M x through Eigen's GEMV kernel: M (rows x cols) stored in MatrixOrder with outer
 /// stride ldm, x with element stride incx, y with element stride incy. The column-major kernel
-/// reads a strided x but writes a contiguous y (a strided one goes through a copy); the row-major
-/// kernel reads a contiguous x (a strided one is copied) and writes a strided y.
+/// reads a strided x but writes a contiguous y; the row-major kernel reads a contiguous x and
+/// writes a strided y: the other side goes through a contiguous copy where it is strided.
 template <class C, int MatrixOrder>
 void eigen_matrix_vector(const C* m, std::size_t ldm, std::size_t rows, std::size_t cols, const C* x, std::size_t incx, C* y,
                          std::size_t incy, C alpha)
 {
     using Eigen::Index;
-    using namespace Eigen::internal;
-    if constexpr (MatrixOrder == Eigen::ColMajor) {
-        std::vector<C> gathered;
-        C* target = y;
-        if (incy != 1) {
-            gathered.resize(rows);
-            for (std::size_t i = 0; i < rows; ++i) gathered[i] = y[i * incy];
-            target = gathered.data();
-        }
-        general_matrix_vector_product<Index, C, const_blas_data_mapper<C, Index, Eigen::ColMajor>, Eigen::ColMajor, false, C,
-                                      const_blas_data_mapper<C, Index, Eigen::RowMajor>, false>::run(
-            Index(rows), Index(cols), const_blas_data_mapper<C, Index, Eigen::ColMajor>(m, Index(ldm)),
-            const_blas_data_mapper<C, Index, Eigen::RowMajor>(x, Index(incx)), target, 1, alpha);
-        if (incy != 1) {
-            for (std::size_t i = 0; i < rows; ++i) y[i * incy] = gathered[i];
-        }
-    } else {
-        std::vector<C> contiguous;
-        if (incx != 1) {
-            contiguous.resize(cols);
-            for (std::size_t j = 0; j < cols; ++j) contiguous[j] = x[j * incx];
-            x = contiguous.data();
-        }
-        general_matrix_vector_product<Index, C, const_blas_data_mapper<C, Index, Eigen::RowMajor>, Eigen::RowMajor, false, C,
-                                      const_blas_data_mapper<C, Index, Eigen::ColMajor>, false>::run(
-            Index(rows), Index(cols), const_blas_data_mapper<C, Index, Eigen::RowMajor>(m, Index(ldm)),
-            const_blas_data_mapper<C, Index, Eigen::ColMajor>(x, 1), y, Index(incy), alpha);
+    constexpr bool column_major = MatrixOrder == Eigen::ColMajor;
+    using matrix_mapper = Eigen::internal::const_blas_data_mapper<C, Index, MatrixOrder>;
+    using vector_mapper = Eigen::internal::const_blas_data_mapper<C, Index, column_major ? Eigen::RowMajor : Eigen::ColMajor>;
+    std::vector<C> contiguous;
+    if (column_major && incy != 1) {
+        contiguous.resize(rows);
+        for (std::size_t i = 0; i < rows; ++i) contiguous[i] = y[i * incy];
+    } else if (!column_major && incx != 1) {
+        contiguous.resize(cols);
+        for (std::size_t j = 0; j < cols; ++j) contiguous[j] = x[j * incx];
+        x = contiguous.data();
+        incx = 1;
+    }
+    C* const target = column_major && incy != 1 ? contiguous.data() : y;
+    Eigen::internal::general_matrix_vector_product<Index, C, matrix_mapper, MatrixOrder, false, C, vector_mapper, false>::run(
+        Index(rows), Index(cols), matrix_mapper(m, Index(ldm)), vector_mapper(x, Index(incx)), target,
+        column_major ? Index(1) : Index(incy), alpha);
+    if (column_major && incy != 1) {
+        for (std::size_t i = 0; i < rows; ++i) y[i * incy] = contiguous[i];
     }
 }
 
