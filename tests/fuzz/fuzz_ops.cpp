@@ -170,6 +170,24 @@ void exercise(reader& in)
         guarded([&] { check_result(minimum(a, b)); });
         guarded([&] { check_result(matmul(a, b)); });
         guarded([&] { check_result(matmul<dynamic_abs<float8_e4m3fn>>(a, b)); });
+        // runtime_scaling: the chosen strategy's scale and bits (the list computes the raw amax
+        // dynamic_abs reads whichever is chosen), and where the direct form throws, so does it.
+        {
+            using rules = runtime_scaling<unit_scaling, dynamic_abs<float8_e4m3fn>>;
+            const std::size_t chosen = in.byte() % rules::size;
+            std::optional<ScaledArray<float, P>> picked, direct;
+            guarded([&] {
+                const rules::scope rule(chosen);
+                picked = matmul<rules, float>(a, b);
+            });
+            guarded([&] { direct = chosen == 0 ? matmul<unit_scaling, float>(a, b) : matmul<dynamic_abs<float8_e4m3fn>, float>(a, b); });
+            if (picked.has_value() != direct.has_value() ||
+                (picked && (picked->scale() != direct->scale() || picked->shape() != direct->shape() ||
+                            (direct->size() != 0 &&
+                             std::memcmp(picked->data().data(), direct->data().data(), direct->size() * sizeof(float)) != 0)))) {
+                fail("runtime_scaling gives the chosen strategy's result");
+            }
+        }
         // linear with a bias row of b's width (b's first row): the scale of add(matmul), and where
         // either form throws, both do.
         if (b.dimension() == 2 && b.shape()[0] > 0) {

@@ -284,6 +284,72 @@ TEST_CASE("a matmul precision scope casts operands and cotangents, and is restor
     CHECK(ad::current_matmul_precision() == ad::full_precision);
 }
 
+namespace {
+/// natural_scaling, except that gelu's results are stored at four times their natural scale.
+struct gelu_at_four : natural_scaling {};
+}  // namespace
+template <>
+struct scalify::scaling_traits<scalify::ops::gelu, gelu_at_four> {
+    template <ScalePolicy Policy>
+    [[nodiscard]] static float output_scale(const scale_request& request)
+    {
+        return Policy::from_rule(4.0f * request.natural);
+    }
+};
+
+TEST_CASE("runtime_scaling runs the chosen strategy's rules: the bits of naming it directly", "[autodiff]")
+{
+    std::mt19937 rng(19);
+    using A = ScaledArray<float, pow2_scale>;
+    const A w = random_array<float, pow2_scale>(rng, {16, 8}, 0.25f);
+    const A x = random_array<float, pow2_scale>(rng, {4, 16}, 1.0f);
+    const auto loss = [&](const auto& p) { return reduce_mean(layer_norm(gelu(matmul(x, p))) * matmul(x, p)); };
+    using rules = runtime_scaling<unit_scaling, natural_scaling, dynamic_abs<float8_e4m3fn>, gelu_at_four>;
+    static_assert(ScalingStrategy<rules> && rules::needs_amax && rules::size == 4);
+    static_assert(rules::index_of<unit_scaling> == 0 && rules::index_of<gelu_at_four> == 3);
+    // Under the fp8 recipe each scale decides which bits the casts keep, so equal bits show that
+    // every op and backward rule asked the chosen strategy.
+    const ad::matmul_precision_scope fp8(dtype::float8_e4m3fn, dtype::float8_e5m2);
+    const auto same_bits = [&]<class Direct>(Direct, std::size_t index) {
+        const auto [direct, g_direct] = ad::value_and_grad<Direct>(loss, w);
+        const rules::scope chosen(index);
+        CHECK(rules::current() == index);
+        const auto [picked, g_picked] = ad::value_and_grad<rules>(loss, w);
+        CHECK(picked.scale() == direct.scale());
+        CHECK(picked.data()() == direct.data()());
+        CHECK(g_picked.type_name() == g_direct.type_name());
+        CHECK(g_picked.scale() == g_direct.scale());
+        CHECK(bool(g_picked.value() == g_direct.value()));
+        return g_direct.scale();
+    };
+    const float unit = same_bits(unit_scaling{}, rules::index_of<unit_scaling>);
+    const float natural = same_bits(natural_scaling{}, rules::index_of<natural_scaling>);
+    same_bits(dynamic_abs<float8_e4m3fn>{}, rules::index_of<dynamic_abs<float8_e4m3fn>>);
+    same_bits(gelu_at_four{}, rules::index_of<gelu_at_four>);  // a specialised rule still applies
+    CHECK(unit != natural);
+
+    // Outside any scope the first strategy runs; scopes nest and restore; an index past the list
+    // is a config_error naming it.
+    CHECK(rules::current() == 0);
+    {
+        const rules::scope outer(1);
+        {
+            const rules::scope inner(rules::index_of<gelu_at_four>);
+            CHECK(rules::current() == 3);
+        }
+        CHECK(rules::current() == 1);
+        CHECK_THROWS_WITH(rules::scope(4), Catch::Contains("strategy index 4 is past the list of 4"));
+        CHECK_THROWS_AS(rules::scope(7), config_error);
+        CHECK(rules::current() == 1);
+    }
+    CHECK(rules::current() == 0);
+    // Each list has its own choice.
+    using other = runtime_scaling<natural_scaling, unit_scaling>;
+    const other::scope second(1);
+    CHECK(rules::current() == 0);
+    CHECK(other::current() == 1);
+}
+
 TEST_CASE("misuse of the autodiff layer is a typed error naming what went wrong", "[autodiff]")
 {
     std::mt19937 rng(17);

@@ -11,6 +11,8 @@
 /// A user overrides one op's rule by specialising scaling_traits, or adds a strategy by writing a
 /// type that satisfies ScalingStrategy. The ops never change.
 
+#include <scalify/config.hpp>
+#include <scalify/error.hpp>
 #include <scalify/numeric/limits.hpp>
 #include <scalify/scaled_array.hpp>
 #include <scalify/strategy/unit_normal.hpp>
@@ -18,6 +20,7 @@
 #include <cmath>
 #include <concepts>
 #include <cstddef>
+#include <fmt/format.h>
 #include <limits>
 
 namespace scalify {
@@ -297,6 +300,82 @@ concept ScalingStrategy = requires(const scale_request& request) {
     { S::needs_amax } -> std::convertible_to<bool>;
     { scaling_traits<ops::matmul, S>::template output_scale<float_scale>(request) } -> std::same_as<float>;
     { scaling_traits<ops::add, S>::template output_scale<pow2_scale>(request) } -> std::same_as<float>;
+};
+
+namespace detail {
+/// The index of the strategy runtime_scaling list `Choice` runs on this thread.
+template <class Choice>
+[[nodiscard]] std::size_t& runtime_scaling_slot() noexcept
+{
+    thread_local std::size_t index = 0;
+    return index;
+}
+}  // namespace detail
+
+/// Rules chosen at run time among Strategies. A model's code is compiled once per strategy its
+/// vars name (forward, backward rules and all): a program that offers several strategies (a
+/// --mode flag) names this one instead and compiles the model once. Each op then asks the thread's
+/// choice for its scale, one indexed call through scaling_traits<Op, S> (so a specialised rule
+/// still applies); no op body depends on the strategy. The choice is the innermost
+/// runtime_scaling::scope on this thread (as matmul_precision_scope and accumulation_scope<>), the
+/// first strategy outside any. With a strategy that needs the raw amax every op computes it,
+/// whichever is chosen. A strategy that changes more than scales (autoscale::autoscaled, whose
+/// matmuls run as layers) cannot be listed.
+///
+///     using rules = runtime_scaling<unit_scaling, natural_scaling>;
+///     const rules::scope chosen(unit_scaled ? rules::index_of<unit_scaling> : rules::index_of<natural_scaling>);
+///     auto [loss, grads] = ad::value_and_grad<rules>(model, params);
+template <ScalingStrategy... Strategies>
+    requires(sizeof...(Strategies) > 0)
+struct runtime_scaling {
+    static_assert((!requires { Strategies::changes_ops; } && ...),
+                  "runtime_scaling: a listed strategy changes ops beyond their scales (autoscale::autoscaled); "
+                  "name it directly");
+    static constexpr bool needs_amax = (bool(Strategies::needs_amax) || ...);
+    static constexpr std::size_t size = sizeof...(Strategies);
+    /// The position of S in the list.
+    template <class S>
+        requires(std::same_as<S, Strategies> || ...)
+    static constexpr std::size_t index_of = [] {
+        std::size_t i = 0;
+        static_cast<void>(((std::same_as<S, Strategies> ? true : (++i, false)) || ...));
+        return i;
+    }();
+
+    /// The index of the strategy this thread runs.
+    [[nodiscard]] static std::size_t current() noexcept { return detail::runtime_scaling_slot<runtime_scaling>(); }
+
+    template <ScalePolicy Policy, class Op>
+    [[nodiscard]] static float output_scale(Op, const scale_request& request)
+    {
+        const std::size_t chosen = current();
+        float scale = 0.0f;
+        std::size_t i = 0;
+        static_cast<void>(
+            ((i++ == chosen ? (scale = scaling_traits<Op, Strategies>::template output_scale<Policy>(request), true) : false) ||
+             ...));
+        return scale;
+    }
+
+    /// Runs the strategy at `index` (index_of<S>) on this thread for the scope's lifetime, the
+    /// previous choice restored on destruction; config_error for an index past the list.
+    class scope {
+    public:
+        explicit scope(std::size_t index) : m_previous(current())
+        {
+            if (index >= size) {
+                SCALIFY_THROW(config_error(
+                    fmt::format("runtime_scaling::scope: strategy index {} is past the list of {}", index, size)));
+            }
+            detail::runtime_scaling_slot<runtime_scaling>() = index;
+        }
+        ~scope() { detail::runtime_scaling_slot<runtime_scaling>() = m_previous; }
+        scope(const scope&) = delete;
+        scope& operator=(const scope&) = delete;
+
+    private:
+        std::size_t m_previous;
+    };
 };
 
 }  // namespace scalify

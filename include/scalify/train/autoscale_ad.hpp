@@ -237,6 +237,8 @@ struct autoscaled {
     using base = Base;
     using layer = Layer;
     static constexpr bool needs_amax = Base::needs_amax;
+    /// Its matmuls are layers, not Base's ops: runtime_scaling cannot stand in for it.
+    static constexpr bool changes_ops = true;
     template <ScalePolicy Policy, class Op>
     [[nodiscard]] static float output_scale(Op, const scale_request& request)
     {
