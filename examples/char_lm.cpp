@@ -262,6 +262,7 @@ int train(const options& opt, const mode& md)
                "batch {}\n",
                train_tokens.size(), validation_tokens.size(), text.vocabulary(), c.layers, c.d_model, c.heads, c.context, c.batch);
     model m = initial_model(c, text.vocabulary(), opt.seed, md.unit_scaled);
+    const auto rules = examples::scaling_of(md);
     const ad::matmul_precision_scope recipe(md.forward, md.gradient, md.scaling);
     const tensor_core::accumulation_scope<> accumulation(opt.accumulate);
     ad::adam outeroptimizer({.learning_rate = opt.learning_rate, .beta2 = 0.99, .weight_decay = 0.01});
@@ -382,7 +383,7 @@ int main(int argc, char** argv)
         }
         const mode& m = find_mode(opt.mode);
         fmt::print("mode {}: {}\n", m.name, m.about);
-        return m.unit_scaled ? train<unit_scaling>(opt, m) : train<natural_scaling>(opt, m);
+        return train<examples::mode_scaling>(opt, m);
     } catch (const std::exception& e) {
         fmt::print(stderr, "char_lm: {}\n", e.what());
         return 2;

@@ -104,7 +104,8 @@ template <class G>
 void print_gradient_diagnostics(const mlp<array>& params, const array& x, const std::vector<std::uint8_t>& y,
                                 const options& opt, const mode& m)
 {
-    const auto logits = fashion::predict<natural_scaling>(params, x);
+    const examples::mode_scaling::scope natural(examples::mode_scaling::index_of<natural_scaling>);
+    const auto logits = fashion::predict<examples::mode_scaling>(params, x);
     const auto ce = softmax_cross_entropy(as_scaled_array<pow2_scale>(logits), y);
     const auto cotangent = dynamic_rescale_l2(mul(ce.grad, opt.loss_weight));
     const auto cast_data = ad::detail::rescale_for_cast<G>(cotangent, m.scaling).data();
@@ -143,6 +144,7 @@ int train(const options& opt, const mode& m)
 {
     const dataset train_set = load(opt.data, "train", opt.train_limit);
     mlp<array> params = initial_parameters(opt.seed, m.unit_scaled);
+    const auto rules = examples::scaling_of(m);
     const ad::matmul_precision_scope recipe(m.forward, m.gradient, m.scaling);
     const tensor_core::accumulation_scope<> accumulation(opt.accumulate);
     constexpr std::size_t batch = 128;
@@ -312,7 +314,7 @@ int main(int argc, char** argv)
         (void)parse_wire(opt.wire);
         if (dist::current_reducer().rank() == 0) fmt::print("mode {}: {}\n", m.name, m.about);
         if (m.name == "fp8-autoscale") return train<autoscale_strategy>(opt, m);
-        return m.unit_scaled ? train<unit_scaling>(opt, m) : train<natural_scaling>(opt, m);
+        return train<examples::mode_scaling>(opt, m);
     } catch (const std::exception& e) {
         fmt::print(stderr, "fashion_mnist: {}\n", e.what());
 #ifdef SCALIFY_HAS_MPI

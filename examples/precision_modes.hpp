@@ -38,6 +38,17 @@ inline constexpr precision_mode precision_modes[] = {
     {"fp8-unscaled", dtype::float8_e4m3fn, dtype::float8_e5m2, cast_scaling::unscaled, false, "plain fp8, scale 1"},
 };
 
+/// The modes' scale rules, chosen when the program runs: the model compiles once for all modes
+/// rather than once per strategy.
+using mode_scaling = scalify::runtime_scaling<scalify::unit_scaling, scalify::natural_scaling>;
+
+/// Runs mode m's rules (unit_scaling or natural_scaling) on this thread while the result lives.
+[[nodiscard]] inline mode_scaling::scope scaling_of(const precision_mode& m)
+{
+    return mode_scaling::scope(m.unit_scaled ? mode_scaling::index_of<scalify::unit_scaling>
+                                             : mode_scaling::index_of<scalify::natural_scaling>);
+}
+
 /// The mode called `name` among precision_modes and an example's own `extra` modes;
 /// std::runtime_error listing every name otherwise.
 inline const precision_mode& find_mode(std::string_view name, std::span<const precision_mode> extra = {})
