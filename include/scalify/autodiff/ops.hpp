@@ -26,6 +26,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <concepts>
 #include <cstddef>
@@ -532,13 +533,8 @@ template <class T, class P, class S>
     const detail::node_base<P>* const input_base = input.get();
     for (std::size_t i = 0; i < values.size(); ++i) {
         auto node = std::make_shared<detail::value_node<T, P, S>>(std::move(values[i]));
-        node->requires_grad = true;
-        node->tape = state.get();
-        node->index = state->nodes.size();
+        detail::place_on_tape<P>(*node, *state, "split", std::array{input_base});
         node->backward_reads_output = false;
-        if (detail::tape_observer* const observer = detail::observer_of(state.get())) [[unlikely]] {
-            detail::report_record(*observer, "split", static_cast<const detail::node_base<P>&>(*node), &input_base, 1);
-        }
         if (i != 0) {
             node->backward = [gather, i](gradient<P>&& g) { gather->cotangents[i] = detail::take_as<C>(std::move(g)); };
         } else {

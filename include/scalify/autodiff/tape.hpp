@@ -558,16 +558,18 @@ template <ScalePolicy P, class V>
     return var_access::node(v);
 }
 
-/// Puts an op's output node on `state`'s tape (and tells its observer, with the inputs' nodes).
-template <ScalePolicy P>
-void place_on_tape(node_base<P>& node, tape_state<P>& state, const char* op, const node_base<P>* const* inputs,
-                   std::size_t input_count)
+/// Puts an op's output node on `state`'s tape, and tells its observer, if any, with the inputs'
+/// nodes: `inputs`, a range of pointers to them (raw or shared), is read only then.
+template <ScalePolicy P, class Inputs>
+void place_on_tape(node_base<P>& node, tape_state<P>& state, const char* op, const Inputs& inputs)
 {
     node.requires_grad = true;
     node.tape = &state;
     node.index = state.nodes.size();
     if (tape_observer* const observer = observer_of(&state)) [[unlikely]] {
-        report_record(*observer, op, node, inputs, input_count);
+        std::vector<const node_base<P>*> bases;
+        for (const auto& input : inputs) bases.push_back(std::to_address(input));
+        report_record(*observer, op, node, bases.data(), bases.size());
     }
 }
 
@@ -602,7 +604,7 @@ template <class Strategy, CotangentRule Rule = computes_in_value_type, ScaledEle
 
     auto node = std::make_shared<value_node<T, P, Strategy>>(std::move(output));
     if (!state || !requires_grad) return var_access::make(std::move(node), std::shared_ptr<tape_state<P>>{});
-    place_on_tape<P>(*node, *state, op, input_bases.data(), input_count);
+    place_on_tape<P>(*node, *state, op, input_bases);
     auto input_nodes = std::apply([](const auto&... in) { return std::make_tuple(var_access::node(in)...); }, inputs);
     // The closure lives in the node, so the raw pointer to it is valid whenever it runs.
     node->backward = [self = node.get(), input_nodes = std::move(input_nodes),
@@ -646,15 +648,13 @@ template <class Strategy, ScaledElement T, ScalePolicy P, ScaledElement I, class
     std::shared_ptr<tape_state<P>> state;
     bool requires_grad = false;
     std::vector<std::shared_ptr<value_node<I, P, Strategy>>> input_nodes;
-    std::vector<const node_base<P>*> input_bases;  // for an observer
     for (const auto& v : inputs) {
         input_nodes.push_back(join_tape(state, v, op));
         requires_grad = requires_grad || input_nodes.back()->requires_grad;
-        input_bases.push_back(input_nodes.back().get());
     }
     auto node = std::make_shared<value_node<T, P, Strategy>>(std::move(output));
     if (!state || !requires_grad) return var_access::make(std::move(node), std::shared_ptr<tape_state<P>>{});
-    place_on_tape<P>(*node, *state, op, input_bases.data(), input_bases.size());
+    place_on_tape<P>(*node, *state, op, input_nodes);
     // computes_in_value_type (see CotangentRule).
     node->backward = [input_nodes = std::move(input_nodes), backward = std::move(backward)](gradient<P>&& g) {
         const auto cotangent = take_as<compute_t<T>>(std::move(g));
