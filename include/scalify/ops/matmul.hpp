@@ -99,6 +99,18 @@ template <class R, class Buffer>
 /// threads (it gives each thread at least 50 000).
 inline constexpr double gemm_parallel_work = 100000.0;
 
+/// The start of every product into out (m x n, row stride ldo): out cleared unless the product
+/// accumulates into it. Returns whether any product is left to sum (none when K = 0).
+template <class C>
+[[nodiscard]] bool start_product(C* out, std::size_t ldo, std::size_t m, std::size_t k, std::size_t n, bool accumulate)
+{
+    if (m == 0 || n == 0) return false;
+    if (!accumulate) {
+        for (std::size_t row = 0; row < m; ++row) std::fill_n(out + row * ldo, n, C(0));
+    }
+    return k != 0;
+}
+
 /// y += alpha * M x through Eigen's GEMV kernel: M (rows x cols) stored in MatrixOrder with outer
 /// stride ldm, x with element stride incx, y with element stride incy. The column-major kernel
 /// reads a strided x but writes a contiguous y; the row-major kernel reads a contiguous x and
@@ -137,11 +149,7 @@ template <class C, bool TransposeA, bool TransposeB>
 void gemm_vector(const C* a, std::size_t lda, const C* b, std::size_t ldb, C* out, std::size_t ldo, std::size_t m,
                  std::size_t k, std::size_t n, C alpha, bool accumulate)
 {
-    if (m == 0 || n == 0) return;
-    if (!accumulate) {
-        for (std::size_t row = 0; row < m; ++row) std::fill_n(out + row * ldo, n, C(0));
-    }
-    if (k == 0) return;
+    if (!start_product(out, ldo, m, k, n, accumulate)) return;
     if (n == 1) {
         // op(a) is m x k: row-major with row stride lda, or (TransposeA) column-major with column stride lda.
         constexpr int order = TransposeA ? Eigen::ColMajor : Eigen::RowMajor;
@@ -192,11 +200,7 @@ void gemm_slab(const C* a, std::size_t lda, const C* b, std::size_t ldb, C* out,
         }
     }
 #endif
-    if (m == 0 || n == 0) return;
-    if (!accumulate) {
-        for (std::size_t row = 0; row < m; ++row) std::fill_n(out + row * ldo, n, C(0));
-    }
-    if (k == 0) return;
+    if (!start_product(out, ldo, m, k, n, accumulate)) return;
     using Eigen::Index;
     Eigen::internal::gemm_blocking_space<Eigen::RowMajor, C, C, Eigen::Dynamic, Eigen::Dynamic, Eigen::Dynamic> blocking(
         Index(m), Index(n), Index(k), 1, true);
@@ -210,8 +214,8 @@ void gemm_slab(const C* a, std::size_t lda, const C* b, std::size_t ldb, C* out,
 /// ldb as in gemm_slab, with bits that do not depend on the thread count. A product with one row
 /// or one column runs Eigen's GEMV kernel on one thread (gemm_vector). Eigen's own parallel GEMM
 /// re-derives its depth blocking from the number of threads, so with 512 or more products per sum
-/// a 2-thread result rounds differently from a 1-thread one. Here every thread runs Eigen's sequential GEMM (Eigen does not fork inside a
-/// parallel region) on a slab of out whose edges sit on the GEMM micro-kernel's tile grid: each
+/// a 2-thread result rounds differently from a 1-thread one. Here every thread runs Eigen's
+/// sequential GEMM (Eigen does not fork inside a parallel region) on a slab of out whose edges sit on the GEMM micro-kernel's tile grid: each
 /// element is summed in the order of the 1-thread product. Slabs run along out's longer side, so
 /// the operand packed again by every thread is the smaller one. With EIGEN_USE_BLAS the BLAS
 /// decides (and threads).
@@ -746,7 +750,7 @@ template <class Strategy, class Out, class A, class PA, class B, class PB>
 /// Whether a product of M x K by K x N, and the two products of its backward pass, round the same
 /// whether an operand is read transposed in place or from a transposed copy: the GEMM kernels pack
 /// either layout into the same panels, but a product with one row or one column runs Eigen's
-/// GEMV kernels (gemm_slab), whose two layouts sum in different orders. With a BLAS, also not
+/// GEMV kernels (gemm_vector), whose two layouts sum in different orders. With a BLAS, also not
 /// below M + N + K = 20, where its small-matrix kernels need not pack.
 [[nodiscard]] constexpr bool transposed_reads_keep_bits(std::size_t m, std::size_t k, std::size_t n) noexcept
 {
