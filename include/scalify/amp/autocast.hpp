@@ -13,6 +13,7 @@
 ///     auto safe = float32_fn([](const auto& x) { return amp<half_policy>::exp(x); });
 
 #include <scalify/amp/any_scaled_array.hpp>
+#include <scalify/detail/scoped_setting.hpp>
 #include <scalify/ops/elementwise.hpp>
 #include <scalify/scaled_array.hpp>
 
@@ -36,13 +37,10 @@ inline bool& autocast_flag() noexcept
 /// Sets the thread's autocast state for its lifetime; the previous state returns on destruction.
 class autocast {
 public:
-    explicit autocast(bool enabled = true) noexcept : m_previous(detail::autocast_flag()) { detail::autocast_flag() = enabled; }
-    ~autocast() { detail::autocast_flag() = m_previous; }
-    autocast(const autocast&) = delete;
-    autocast& operator=(const autocast&) = delete;
+    explicit autocast(bool enabled = true) noexcept : m_enabled(detail::autocast_flag(), enabled) {}
 
 private:
-    bool m_previous;
+    detail::scoped_setting<bool> m_enabled;
 };
 
 namespace detail {

@@ -17,6 +17,7 @@
 
 #include <scalify/amp/any_scaled_array.hpp>
 #include <scalify/detail/parallel.hpp>
+#include <scalify/detail/scoped_setting.hpp>
 #include <scalify/dist/reducer.hpp>
 #include <scalify/numeric/convert.hpp>
 #include <scalify/numeric/eigen.hpp>
@@ -145,16 +146,10 @@ public:
         : matmul_precision_scope(matmul_precision{forward, gradient, scaling})
     {
     }
-    explicit matmul_precision_scope(matmul_precision recipe) noexcept : m_previous(detail::matmul_precision_state())
-    {
-        detail::matmul_precision_state() = recipe;
-    }
-    ~matmul_precision_scope() { detail::matmul_precision_state() = m_previous; }
-    matmul_precision_scope(const matmul_precision_scope&) = delete;
-    matmul_precision_scope& operator=(const matmul_precision_scope&) = delete;
+    explicit matmul_precision_scope(matmul_precision recipe) noexcept : m_recipe(detail::matmul_precision_state(), recipe) {}
 
 private:
-    matmul_precision m_previous;
+    scalify::detail::scoped_setting<matmul_precision> m_recipe;
 };
 
 }  // namespace scalify::ad

@@ -23,6 +23,7 @@
 /// Contract, as for any collective: every rank calls the same reductions, in the same order, with
 /// blocks of the same size.
 
+#include <scalify/detail/scoped_setting.hpp>
 #include <scalify/error.hpp>
 
 #include <fmt/format.h>
@@ -171,16 +172,10 @@ inline reducer& current_reducer() noexcept
 /// Makes `r` this thread's reducer for the scope's lifetime (scopes nest). `r` must outlive it.
 class reduction_scope {
 public:
-    explicit reduction_scope(reducer& r) noexcept : m_previous(detail::current_reducer_slot())
-    {
-        detail::current_reducer_slot() = &r;
-    }
-    ~reduction_scope() { detail::current_reducer_slot() = m_previous; }
-    reduction_scope(const reduction_scope&) = delete;
-    reduction_scope& operator=(const reduction_scope&) = delete;
+    explicit reduction_scope(reducer& r) noexcept : m_reducer(detail::current_reducer_slot(), &r) {}
 
 private:
-    reducer* m_previous;
+    scalify::detail::scoped_setting<reducer*> m_reducer;
 };
 
 }  // namespace scalify::dist

@@ -12,6 +12,7 @@
 /// type that satisfies ScalingStrategy. The ops never change.
 
 #include <scalify/config.hpp>
+#include <scalify/detail/scoped_setting.hpp>
 #include <scalify/error.hpp>
 #include <scalify/numeric/limits.hpp>
 #include <scalify/scaled_array.hpp>
@@ -361,20 +362,18 @@ struct runtime_scaling {
     /// previous choice restored on destruction; config_error for an index past the list.
     class scope {
     public:
-        explicit scope(std::size_t index) : m_previous(current())
+        explicit scope(std::size_t index) : m_index(detail::runtime_scaling_slot<runtime_scaling>(), checked(index)) {}
+
+    private:
+        [[nodiscard]] static std::size_t checked(std::size_t index)
         {
             if (index >= size) {
                 SCALIFY_THROW(config_error(
                     fmt::format("runtime_scaling::scope: strategy index {} is past the list of {}", index, size)));
             }
-            detail::runtime_scaling_slot<runtime_scaling>() = index;
+            return index;
         }
-        ~scope() { detail::runtime_scaling_slot<runtime_scaling>() = m_previous; }
-        scope(const scope&) = delete;
-        scope& operator=(const scope&) = delete;
-
-    private:
-        std::size_t m_previous;
+        detail::scoped_setting<std::size_t> m_index;
     };
 };
 

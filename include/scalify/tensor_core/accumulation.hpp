@@ -22,6 +22,7 @@
 /// body is compiled once whatever the models, and a model's engine is compiled only where a scope
 /// that can select it is (or in scalify::compiled).
 
+#include <scalify/detail/scoped_setting.hpp>
 #include <scalify/error.hpp>
 #include <scalify/numeric/dtype.hpp>
 #include <scalify/tensor_core/amx.hpp>
@@ -379,16 +380,10 @@ inline const gemm_table*& accumulation_state() noexcept
 /// Selection for a lifetime, the previous one restored on destruction.
 class accumulation_selection {
 public:
-    explicit accumulation_selection(const gemm_table* table) noexcept : m_previous(accumulation_state())
-    {
-        accumulation_state() = table;
-    }
-    ~accumulation_selection() { accumulation_state() = m_previous; }
-    accumulation_selection(const accumulation_selection&) = delete;
-    accumulation_selection& operator=(const accumulation_selection&) = delete;
+    explicit accumulation_selection(const gemm_table* table) noexcept : m_table(accumulation_state(), table) {}
 
 private:
-    const gemm_table* m_previous;
+    scalify::detail::scoped_setting<const gemm_table*> m_table;
 };
 
 /// The model tags accumulation_scope<Model> takes.
