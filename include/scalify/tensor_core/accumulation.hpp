@@ -452,9 +452,12 @@ public:
 };
 
 /// The run-time form: accumulation_scope<> scope(accumulation::b200), scope({accumulation::a100,
-/// true}) or scope("h100-fast"), scope("a100+tf32").
-template <>
-class accumulation_scope<runtime_choice> : detail::accumulation_selection {
+/// true}) or scope("h100-fast"), scope("a100+tf32"). A partial specialisation, not a full one, so
+/// that its constructor, which references every GPU's engines, is instantiated only in a program
+/// that constructs it (as a full specialisation's, it cost every includer 0.5 s of clang's front end).
+template <class Model>
+    requires std::same_as<Model, runtime_choice>
+class accumulation_scope<Model> : detail::accumulation_selection {
 public:
     explicit accumulation_scope(accumulation_choice choice)
         : accumulation_selection(detail::gemm_table_for(checked(choice)))
