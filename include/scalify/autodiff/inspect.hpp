@@ -563,7 +563,7 @@ template <>
 struct fmt::formatter<scalify::ad::basic_inspection<void>> {
     constexpr auto parse(format_parse_context& ctx) { return ctx.begin(); }
     template <class Context>
-    auto format(const scalify::ad::basic_inspection<void>& r, Context& ctx) const
+    typename Context::iterator format(const scalify::ad::basic_inspection<void>& r, Context& ctx) const
     {
         using scalify::ad::cast_summary;
         using scalify::ad::tensor_summary;

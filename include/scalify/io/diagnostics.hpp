@@ -123,7 +123,7 @@ template <>
 struct fmt::formatter<scalify::tensor_stats_result> {
     constexpr auto parse(format_parse_context& ctx) { return ctx.begin(); }
     template <class Context>
-    auto format(const scalify::tensor_stats_result& s, Context& ctx) const
+    typename Context::iterator format(const scalify::tensor_stats_result& s, Context& ctx) const
     {
         auto out = ctx.out();
         if (!s.name.empty()) out = fmt::format_to(out, "{}: ", s.name);

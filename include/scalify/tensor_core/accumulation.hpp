@@ -398,9 +398,10 @@ template <class Model>
     static_assert(scope_selectable<Model>,
                   "accumulation_scope<Model> selects exact_accumulation, h100_cublaslt_fp8 or h100_cublaslt_fp8_fast; "
                   "select a GPU by accumulation_scope<>(accumulation::...) and pass other models to matmul per call");
-    if constexpr (std::same_as<Model, h100_cublaslt_fp8>) return &gemm_table_of<accumulation::h100, false>;
-    else if constexpr (std::same_as<Model, h100_cublaslt_fp8_fast>) return &gemm_table_of<accumulation::h100_fast, false>;
-    else return nullptr;
+    // The table's mode depends on Model: a table named by constants alone was instantiated (every
+    // H100 engine) wherever this header was read, used or not.
+    if constexpr (std::same_as<Model, exact_accumulation>) return nullptr;
+    else return &gemm_table_of<std::same_as<Model, h100_cublaslt_fp8> ? accumulation::h100 : accumulation::h100_fast, false>;
 }
 
 }  // namespace detail

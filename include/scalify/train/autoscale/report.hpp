@@ -102,7 +102,7 @@ template <>
 struct fmt::formatter<scalify::autoscale::warning> {
     constexpr auto parse(format_parse_context& ctx) { return ctx.begin(); }
     template <class Context>
-    auto format(const scalify::autoscale::warning& w, Context& ctx) const
+    typename Context::iterator format(const scalify::autoscale::warning& w, Context& ctx) const
     {
         const double change = w.log2_change();
         return fmt::format_to(ctx.out(), "op '{}' use {}: propagation scale {:.4g} -> {:.4g} ({:+.1f} binades, {} risk{}){}{}",
@@ -195,7 +195,7 @@ template <>
 struct fmt::formatter<scalify::autoscale::scaling_report> {
     constexpr auto parse(format_parse_context& ctx) { return ctx.begin(); }
     template <class Context>
-    auto format(const scalify::autoscale::scaling_report& r, Context& ctx) const
+    typename Context::iterator format(const scalify::autoscale::scaling_report& r, Context& ctx) const
     {
         using scalify::autoscale::op_phase;
         std::size_t width = 2;
