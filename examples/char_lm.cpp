@@ -353,12 +353,7 @@ int main(int argc, char** argv)
         options opt;
         for (int i = 1; i < argc; ++i) {
             const std::string flag = argv[i];
-            if (flag == "--inspect" || flag.rfind("--inspect=", 0) == 0) {
-                if (flag == "--inspect=") throw std::runtime_error("--inspect= needs a file name (or use --inspect alone)");
-                opt.inspect = true;
-                opt.inspect_csv = flag.size() > 10 ? flag.substr(10) : "";
-                continue;
-            }
+            if (examples::read_inspect_flag(flag, opt.inspect, opt.inspect_csv)) continue;
             if (i + 1 >= argc) throw std::runtime_error("missing value after " + flag);
             const std::string value = argv[++i];
             if (flag == "--mode") opt.mode = value;

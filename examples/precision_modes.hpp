@@ -75,4 +75,16 @@ inline scalify::tensor_core::accumulation_choice parse_accumulate(std::string_vi
     }
 }
 
+/// Reads `--inspect` (report the first step instead of training) or `--inspect=FILE` (also write
+/// the report there as CSV) into `inspect` and `csv`; false for any other flag.
+inline bool read_inspect_flag(std::string_view flag, bool& inspect, std::string& csv)
+{
+    constexpr std::string_view name = "--inspect";
+    if (flag.substr(0, name.size()) != name || (flag.size() > name.size() && flag[name.size()] != '=')) return false;
+    if (flag.size() == name.size() + 1) throw std::runtime_error("--inspect= needs a file name (or use --inspect alone)");
+    inspect = true;
+    csv = flag.size() > name.size() ? std::string(flag.substr(name.size() + 1)) : std::string();
+    return true;
+}
+
 }  // namespace examples
