@@ -562,6 +562,7 @@ template <class Strategy = default_scaling, class F, class... Params>
 template <>
 struct fmt::formatter<scalify::ad::basic_inspection<void>> {
     constexpr auto parse(format_parse_context& ctx) { return ctx.begin(); }
+    // The return type named: fmt instantiates a deduced one's body wherever the header is read.
     template <class Context>
     typename Context::iterator format(const scalify::ad::basic_inspection<void>& r, Context& ctx) const
     {

@@ -122,6 +122,7 @@ private:
 template <>
 struct fmt::formatter<scalify::tensor_stats_result> {
     constexpr auto parse(format_parse_context& ctx) { return ctx.begin(); }
+    // The return type named: fmt instantiates a deduced one's body wherever the header is read.
     template <class Context>
     typename Context::iterator format(const scalify::tensor_stats_result& s, Context& ctx) const
     {

@@ -101,6 +101,7 @@ struct warning {
 template <>
 struct fmt::formatter<scalify::autoscale::warning> {
     constexpr auto parse(format_parse_context& ctx) { return ctx.begin(); }
+    // The return type named: fmt instantiates a deduced one's body wherever the header is read.
     template <class Context>
     typename Context::iterator format(const scalify::autoscale::warning& w, Context& ctx) const
     {
@@ -194,6 +195,7 @@ struct scaling_report {
 template <>
 struct fmt::formatter<scalify::autoscale::scaling_report> {
     constexpr auto parse(format_parse_context& ctx) { return ctx.begin(); }
+    // The return type named: fmt instantiates a deduced one's body wherever the header is read.
     template <class Context>
     typename Context::iterator format(const scalify::autoscale::scaling_report& r, Context& ctx) const
     {
