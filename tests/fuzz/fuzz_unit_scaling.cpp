@@ -211,7 +211,18 @@ void reductions(reader& in, std::mt19937& rng)
         parts.push_back(unit_normal(rng, {16, extents.back()}, pow2_in(in, -6, 6)));
     }
     const auto joined = concatenate<unit>(parts, 1);
-    check_rms("concatenate", joined);
+    // The joined data's mean square is the parts' sample mean squares weighted by n_i s_i^2: a
+    // statistic of (sum n_i s_i^2)^2 / sum n_i s_i^4 effective samples, as few as one small part's
+    // 16 when its scale dwarfs the others' (found by the fuzzer: a 16-element part among 6128
+    // elements, data RMS 0.55; input kept in the corpus as concatenate-dominant-part).
+    double weight_sum = 0.0, weight_square_sum = 0.0;
+    for (const auto& part : parts) {
+        const double w = static_cast<double>(part.scale()) * part.scale();
+        weight_sum += static_cast<double>(part.size()) * w;
+        weight_square_sum += static_cast<double>(part.size()) * w * w;
+    }
+    if (weight_sum * weight_sum / weight_square_sum >= 200.0) check_rms("concatenate", joined);
+    else check_valid(joined);
     const std::vector<std::size_t> joined_shape(joined.shape().begin(), joined.shape().end());
     for (const auto& piece : concatenate_vjp(unit_normal(rng, joined_shape), extents, 1)) check_valid(piece);
 }
