@@ -134,6 +134,19 @@ void pointwise(reader& in, std::mt19937& rng)
     }
 }
 
+/// A mean of squares whose samples carry unequal weights: the number of equally weighted samples
+/// it is worth, (sum of weights)^2 / sum of squared weights, says whether its RMS is a statistic.
+struct weighted_samples {
+    double weight_sum = 0.0;
+    double weight_square_sum = 0.0;
+    void add(double weight, double count = 1.0)
+    {
+        weight_sum += count * weight;
+        weight_square_sum += count * weight * weight;
+    }
+    [[nodiscard]] double effective() const { return weight_sum * weight_sum / weight_square_sum; }
+};
+
 void positive_domain(reader& in, std::mt19937& rng)
 {
     const auto shape = stat_shape(in);
@@ -148,16 +161,11 @@ void positive_domain(reader& in, std::mt19937& rng)
     // ~n / e^4 effective samples and one draw moved the data RMS to 1.68 (input kept in the corpus
     // as log-vjp-heavy-tail). The check conditions on the drawn x: the band moves by the sample's
     // own E[e^(-2z)] relative to e^2, and needs 200 effective samples of g behind it.
-    double weight_sum = 0.0, weight_square_sum = 0.0;
-    for (const float v : x.data()) {
-        const double w = 1.0 / (static_cast<double>(v) * v);
-        weight_sum += w;
-        weight_square_sum += w * w;
-    }
-    const double effective_samples = weight_sum * weight_sum / weight_square_sum;
-    const double x_moment = std::sqrt(weight_sum / static_cast<double>(x.size()) / std::exp(2.0));
+    weighted_samples inverse_squares;
+    for (const float v : x.data()) inverse_squares.add(1.0 / (static_cast<double>(v) * v));
+    const double x_moment = std::sqrt(inverse_squares.weight_sum / static_cast<double>(x.size()) / std::exp(2.0));
     const auto dx = log_vjp<unit>(g, x);
-    if (effective_samples >= 200.0) check_rms("log_vjp", dx, 0.7 * x_moment, 1.4 * x_moment);
+    if (inverse_squares.effective() >= 200.0) check_rms("log_vjp", dx, 0.7 * x_moment, 1.4 * x_moment);
     else check_valid(dx);
     const auto y = sqrt<unit>(x);
     check_rms("sqrt", y);
@@ -215,13 +223,9 @@ void reductions(reader& in, std::mt19937& rng)
     // statistic of (sum n_i s_i^2)^2 / sum n_i s_i^4 effective samples, as few as one small part's
     // 16 when its scale dwarfs the others' (found by the fuzzer: a 16-element part among 6128
     // elements, data RMS 0.55; input kept in the corpus as concatenate-dominant-part).
-    double weight_sum = 0.0, weight_square_sum = 0.0;
-    for (const auto& part : parts) {
-        const double w = static_cast<double>(part.scale()) * part.scale();
-        weight_sum += static_cast<double>(part.size()) * w;
-        weight_square_sum += static_cast<double>(part.size()) * w * w;
-    }
-    if (weight_sum * weight_sum / weight_square_sum >= 200.0) check_rms("concatenate", joined);
+    weighted_samples squared_scales;
+    for (const auto& part : parts) squared_scales.add(static_cast<double>(part.scale()) * part.scale(), static_cast<double>(part.size()));
+    if (squared_scales.effective() >= 200.0) check_rms("concatenate", joined);
     else check_valid(joined);
     const std::vector<std::size_t> joined_shape(joined.shape().begin(), joined.shape().end());
     for (const auto& piece : concatenate_vjp(unit_normal(rng, joined_shape), extents, 1)) check_valid(piece);
