@@ -215,10 +215,10 @@ void gemm_slab(const C* a, std::size_t lda, const C* b, std::size_t ldb, C* out,
 /// or one column runs Eigen's GEMV kernel on one thread (gemm_vector). Eigen's own parallel GEMM
 /// re-derives its depth blocking from the number of threads, so with 512 or more products per sum
 /// a 2-thread result rounds differently from a 1-thread one. Here every thread runs Eigen's
-/// sequential GEMM (Eigen does not fork inside a parallel region) on a slab of out whose edges sit on the GEMM micro-kernel's tile grid: each
-/// element is summed in the order of the 1-thread product. Slabs run along out's longer side, so
-/// the operand packed again by every thread is the smaller one. With EIGEN_USE_BLAS the BLAS
-/// decides (and threads).
+/// sequential GEMM (Eigen does not fork inside a parallel region) on a slab of out whose edges
+/// sit on the GEMM micro-kernel's tile grid: each element is summed in the order of the 1-thread
+/// product. Slabs run along out's longer side, so the operand packed again by every thread is the
+/// smaller one. With EIGEN_USE_BLAS the BLAS decides (and threads).
 template <class C, bool TransposeA, bool TransposeB>
 void gemm_any_thread_count(const C* a, std::size_t lda, const C* b, std::size_t ldb, std::size_t m, std::size_t k,
                            std::size_t n, C* out, C alpha, bool accumulate)
