@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <cstring>
 #include <fstream>
 #include <map>
 #include <random>
@@ -209,4 +210,55 @@ TEST_CASE("matmul can reuse the previous result's memory", "[matmul]")
     c = matmul(a, make_scaled_array<pow2_scale>(xt::xarray<float>{{1, 0, 0}, {0, 1, 0}}, 1.0f), std::move(c).release_data());
     CHECK(c.shape()[1] == 3);
     CHECK(c.value()(1, 1) == 8.0f);
+}
+
+TEST_CASE("scalify's GEMM loop gives the bits of Eigen's sequential product", "[matmul]")
+{
+    // detail::gemm_slab writes out Eigen 3.4's general_matrix_matrix_product (EIGEN_USE_BLAS
+    // replaces that function by the BLAS): the same blocking, packing and kernel, so the same
+    // bits, for every layout and for shapes across the kernel's tile edges and depth blocks.
+    std::mt19937 rng(11);
+    std::normal_distribution<float> normal;
+    const auto check = [&]<bool TransposeA, bool TransposeB>(std::size_t m, std::size_t k, std::size_t n) {
+        std::vector<float> a(m * k), b(k * n), ours(m * n), eigens(m * n);
+        for (auto& x : a) x = normal(rng);
+        for (auto& x : b) x = normal(rng);
+        const std::size_t lda = TransposeA ? m : k, ldb = TransposeB ? k : n;
+        const float alpha = 0.375f;
+        detail::gemm_slab<float, TransposeA, TransposeB>(a.data(), lda, b.data(), ldb, ours.data(), n, m, k, n, alpha, false);
+        using Eigen::Index;
+        Eigen::internal::gemm_blocking_space<Eigen::RowMajor, float, float, Eigen::Dynamic, Eigen::Dynamic, Eigen::Dynamic>
+            blocking(Index(m), Index(n), Index(k), 1, true);
+        Eigen::internal::general_matrix_matrix_product<Index, float, TransposeA ? Eigen::ColMajor : Eigen::RowMajor, false, float,
+                                                       TransposeB ? Eigen::ColMajor : Eigen::RowMajor, false, Eigen::RowMajor,
+                                                       1>::run(Index(m), Index(n), Index(k), a.data(), Index(lda), b.data(),
+                                                               Index(ldb), eigens.data(), 1, Index(n), alpha, blocking, nullptr);
+        INFO("m " << m << " k " << k << " n " << n << " transposed " << TransposeA << TransposeB);
+        CHECK(std::memcmp(ours.data(), eigens.data(), ours.size() * sizeof(float)) == 0);
+    };
+    for (const std::size_t m : {1, 5, 48, 131})
+        for (const std::size_t k : {1, 17, 300})
+            for (const std::size_t n : {2, 33, 70}) {
+                check.operator()<false, false>(m, k, n);
+                check.operator()<true, false>(m, k, n);
+                check.operator()<false, true>(m, k, n);
+                check.operator()<true, true>(m, k, n);
+            }
+}
+
+TEST_CASE("OpenBLAS's AVX-512 kernels are told apart by their core name", "[matmul]")
+{
+    // Under EIGEN_USE_BLAS, code compiled for AVX-512 keeps Eigen's kernel over an OpenBLAS whose
+    // kernels lack it (blas_runs_products); OpenBLAS names its kernels in either case.
+    for (const char* name : {"SkylakeX", "SKYLAKEX", "Cooperlake", "COOPERLAKE", "SapphireRapids", "sapphirerapids"}) {
+        INFO(name);
+        CHECK(detail::openblas_core_has_avx512(name));
+    }
+    for (const char* name : {"Haswell", "HASWELL", "Zen", "ZEN", "Sandybridge", "Excavator", "NeoverseN1", "", "SkylakeXX", "Skylake"}) {
+        INFO(name);
+        CHECK_FALSE(detail::openblas_core_has_avx512(name));
+    }
+#if !defined(EIGEN_USE_BLAS)
+    CHECK_FALSE(detail::blas_runs_products());
+#endif
 }

@@ -35,9 +35,16 @@
 #include <limits>
 #include <numeric>
 #include <optional>
+#include <string_view>
 #include <type_traits>
 #include <utility>
 #include <vector>
+
+#if defined(EIGEN_USE_BLAS) && defined(__AVX512F__)
+// OpenBLAS's name for the kernels it chose when it loaded (cblas.h declares it). Weak: another
+// BLAS, which lacks it, leaves the address null.
+extern "C" char* openblas_get_corename(void) __attribute__((weak));
+#endif
 
 namespace scalify {
 
@@ -95,9 +102,43 @@ template <class R, class Buffer>
     }
 }
 
-/// Products of at least this many multiply-adds are the ones Eigen's GEMM would split across
-/// threads (it gives each thread at least 50 000).
-inline constexpr double gemm_parallel_work = 100000.0;
+/// Whether OpenBLAS's core name (openblas_get_corename(): "Haswell", "Zen", "SkylakeX", or
+/// upper case, "SKYLAKEX", in a build for one CPU) names kernels that use AVX-512.
+[[nodiscard]] constexpr bool openblas_core_has_avx512(std::string_view name) noexcept
+{
+    const auto same_letters = [name](std::string_view lower) {
+        if (name.size() != lower.size()) return false;
+        for (std::size_t i = 0; i < name.size(); ++i) {
+            const char c = name[i] >= 'A' && name[i] <= 'Z' ? static_cast<char>(name[i] - 'A' + 'a') : name[i];
+            if (c != lower[i]) return false;
+        }
+        return true;
+    };
+    return same_letters("skylakex") || same_letters("cooperlake") || same_letters("sapphirerapids");
+}
+
+/// Whether float and double products go to the BLAS (EIGEN_USE_BLAS), decided once per process.
+/// Not where this code is compiled for AVX-512 and the BLAS is an OpenBLAS running kernels
+/// without it: Debian 12's OpenBLAS 0.3.21 runs its Haswell (AVX2) kernels on AMD Zen 4 and Zen 5,
+/// which Eigen's AVX-512 kernel outruns by 1.2-1.4x on the training examples' shapes, while
+/// OpenBLAS's own AVX-512 kernels (SkylakeX, Cooperlake, SapphireRapids: chosen on Intel CPUs, or
+/// by OPENBLAS_CORETYPE=SkylakeX) outrun Eigen's by 1.3-1.4x (docs/benchmarks.md). A BLAS that is
+/// not OpenBLAS is always used. Where Eigen's kernel runs, products sum in its order, on any
+/// thread count the same.
+[[nodiscard]] inline bool blas_runs_products() noexcept
+{
+#if !defined(EIGEN_USE_BLAS)
+    return false;
+#elif defined(__AVX512F__)
+    static const bool runs = [] {
+        const char* name = openblas_get_corename != nullptr ? openblas_get_corename() : nullptr;
+        return name == nullptr || openblas_core_has_avx512(name);
+    }();
+    return runs;
+#else
+    return true;
+#endif
+}
 
 /// The start of every product into out (m x n, row stride ldo): out cleared unless the product
 /// accumulates into it. Returns whether any product is left to sum (none when K = 0).
@@ -162,20 +203,15 @@ void gemm_vector(const C* a, std::size_t lda, const C* b, std::size_t ldb, C* ou
     }
 }
 
-/// out (m x n, row-major, row stride ldo) = alpha * op(a) op(b) (+ out when `accumulate`: the
-/// GEMM's beta = 1, linear's bias rows) through Eigen's sequential GEMM kernel, whatever the
-/// shape (a thread's slab of one column is summed as the whole product sums it); a is stored
-/// m x k (k x m when TransposeA) with row stride lda, b likewise. Every matrix product, batched
-/// or not, forward or backward, and every thread's slab goes through it (gemm_any_thread_count
-/// sends a product with one row or column to gemm_vector). The kernel is called directly rather
-/// than through Eigen's product expressions: those instantiate the coefficient-wise and GEMV paths
-/// for every layout, a hundred and more expression types that were a fifth of a small training
-/// program's compile time and half of its -O0 -g binary (debug names). Each sum then runs in the
-/// GEMM's order for every size (Eigen's expressions multiplied products with M + N + K < 20
-/// coefficient by coefficient).
+/// out = alpha * op(a) op(b) (+ out when `accumulate`) through the BLAS's sgemm or dgemm, with
+/// strides as gemm_slab's; false (nothing done) where the BLAS cannot take the call (no BLAS, a
+/// size beyond int, an empty result, an element type it lacks).
 template <class C, bool TransposeA, bool TransposeB>
-void gemm_slab(const C* a, std::size_t lda, const C* b, std::size_t ldb, C* out, std::size_t ldo, std::size_t m,
-               std::size_t k, std::size_t n, C alpha, bool accumulate)
+[[nodiscard]] bool blas_product([[maybe_unused]] const C* a, [[maybe_unused]] std::size_t lda,
+                                [[maybe_unused]] const C* b, [[maybe_unused]] std::size_t ldb, [[maybe_unused]] C* out,
+                                [[maybe_unused]] std::size_t ldo, [[maybe_unused]] std::size_t m,
+                                [[maybe_unused]] std::size_t k, [[maybe_unused]] std::size_t n,
+                                [[maybe_unused]] C alpha, [[maybe_unused]] bool accumulate)
 {
 #if defined(EIGEN_USE_BLAS)
     // The BLAS straight, with beta = 0: Eigen's product zero-fills out and then accumulates into
@@ -196,18 +232,70 @@ void gemm_slab(const C* a, std::size_t lda, const C* b, std::size_t ldb, C* out,
             } else {
                 dgemm_(&trans_b, &trans_a, &rows, &cols, &depth, &alpha, b, &ld_b, a, &ld_a, &beta, out, &ld_out);
             }
-            return;
+            return true;
         }
     }
 #endif
+    return false;
+}
+
+/// out (m x n, row-major, row stride ldo) = alpha * op(a) op(b) (+ out when `accumulate`: the
+/// GEMM's beta = 1, linear's bias rows) through Eigen's sequential GEMM kernel, whatever the
+/// shape (a thread's slab of one column is summed as the whole product sums it); a is stored
+/// m x k (k x m when TransposeA) with row stride lda, b likewise. Every matrix product, batched
+/// or not, forward or backward, and every thread's slab goes through it (gemm_any_thread_count
+/// sends a product with one row or column to gemm_vector). The kernel is called directly rather
+/// than through Eigen's product expressions: those instantiate the coefficient-wise and GEMV paths
+/// for every layout, a hundred and more expression types that were a fifth of a small training
+/// program's compile time and half of its -O0 -g binary (debug names). Each sum then runs in the
+/// GEMM's order for every size (Eigen's expressions multiplied products with M + N + K < 20
+/// coefficient by coefficient). The loop is Eigen 3.4's sequential general_matrix_matrix_product
+/// (its blocking, packing and micro-kernel, so its bits), written out because EIGEN_USE_BLAS
+/// replaces that function's float and double bodies by the BLAS: here the kernel stays Eigen's
+/// wherever blas_runs_products() says no.
+template <class C, bool TransposeA, bool TransposeB>
+void gemm_slab(const C* a, std::size_t lda, const C* b, std::size_t ldb, C* out, std::size_t ldo, std::size_t m,
+               std::size_t k, std::size_t n, C alpha, bool accumulate)
+{
     if (!start_product(out, ldo, m, k, n, accumulate)) return;
     using Eigen::Index;
-    Eigen::internal::gemm_blocking_space<Eigen::RowMajor, C, C, Eigen::Dynamic, Eigen::Dynamic, Eigen::Dynamic> blocking(
-        Index(m), Index(n), Index(k), 1, true);
-    Eigen::internal::general_matrix_matrix_product<Index, C, TransposeA ? Eigen::ColMajor : Eigen::RowMajor, false, C,
-                                                   TransposeB ? Eigen::ColMajor : Eigen::RowMajor, false, Eigen::RowMajor,
-                                                   1>::run(Index(m), Index(n), Index(k), a, Index(lda), b, Index(ldb), out, 1,
-                                                           Index(ldo), alpha, blocking, nullptr);
+    namespace ei = Eigen::internal;
+    // The column-major problem out^T (n x m) = op(b)^T op(a)^T, as Eigen runs a row-major result.
+    constexpr int lhs_order = TransposeB ? Eigen::RowMajor : Eigen::ColMajor;
+    constexpr int rhs_order = TransposeA ? Eigen::RowMajor : Eigen::ColMajor;
+    using traits = ei::gebp_traits<C, C>;
+    using lhs_mapper = ei::const_blas_data_mapper<C, Index, lhs_order>;
+    using rhs_mapper = ei::const_blas_data_mapper<C, Index, rhs_order>;
+    using out_mapper = ei::blas_data_mapper<C, Index, Eigen::ColMajor, Eigen::Unaligned, 1>;
+    const Index rows = Index(n), cols = Index(m), depth = Index(k);
+    ei::gemm_blocking_space<Eigen::RowMajor, C, C, Eigen::Dynamic, Eigen::Dynamic, Eigen::Dynamic> blocking(Index(m), Index(n),
+                                                                                                         Index(k), 1, true);
+    const Index kc = blocking.kc(), mc = std::min(rows, blocking.mc()), nc = std::min(cols, blocking.nc());
+    ei::gemm_pack_lhs<C, Index, lhs_mapper, traits::mr, traits::LhsProgress, typename traits::LhsPacket4Packing, lhs_order> pack_lhs;
+    ei::gemm_pack_rhs<C, Index, rhs_mapper, traits::nr, rhs_order> pack_rhs;
+    ei::gebp_kernel<C, C, Index, out_mapper, traits::mr, traits::nr, false, false> gebp;
+    const lhs_mapper lhs(b, Index(ldb));
+    const rhs_mapper rhs(a, Index(lda));
+    const out_mapper res(out, Index(ldo));
+    // The packed panels, in per-thread buffers that only grow (aligned as the kernel loads them).
+    thread_local std::vector<C, Eigen::aligned_allocator<C>> panel_a, panel_b;
+    if (panel_a.size() < static_cast<std::size_t>(kc * mc)) panel_a.resize(static_cast<std::size_t>(kc * mc));
+    if (panel_b.size() < static_cast<std::size_t>(kc * nc)) panel_b.resize(static_cast<std::size_t>(kc * nc));
+    C* const block_a = panel_a.data();
+    C* const block_b = panel_b.data();
+    const bool pack_rhs_once = mc != rows && kc == depth && nc == cols;
+    for (Index i2 = 0; i2 < rows; i2 += mc) {
+        const Index actual_mc = std::min(i2 + mc, rows) - i2;
+        for (Index k2 = 0; k2 < depth; k2 += kc) {
+            const Index actual_kc = std::min(k2 + kc, depth) - k2;
+            pack_lhs(block_a, lhs.getSubMapper(i2, k2), actual_kc, actual_mc);
+            for (Index j2 = 0; j2 < cols; j2 += nc) {
+                const Index actual_nc = std::min(j2 + nc, cols) - j2;
+                if (!pack_rhs_once || i2 == 0) pack_rhs(block_b, rhs.getSubMapper(k2, j2), actual_kc, actual_nc);
+                gebp(res.getSubMapper(i2, j2), block_a, block_b, actual_mc, actual_kc, actual_nc, alpha);
+            }
+        }
+    }
 }
 
 /// out (m x n, row-major, dense) = alpha * op(a) op(b), a stored with row stride lda and b with
@@ -218,18 +306,22 @@ void gemm_slab(const C* a, std::size_t lda, const C* b, std::size_t ldb, C* out,
 /// sequential GEMM (Eigen does not fork inside a parallel region) on a slab of out whose edges
 /// sit on the GEMM micro-kernel's tile grid: each element is summed in the order of the 1-thread
 /// product. Slabs run along out's longer side, so the operand packed again by every thread is the
-/// smaller one. With EIGEN_USE_BLAS the BLAS decides (and threads).
+/// smaller one. The slabs fork where the work pays for it (gemm_work_pays_fork). Where the BLAS
+/// runs the products (blas_runs_products) it decides, and threads.
 template <class C, bool TransposeA, bool TransposeB>
 void gemm_any_thread_count(const C* a, std::size_t lda, const C* b, std::size_t ldb, std::size_t m, std::size_t k,
                            std::size_t n, C* out, C alpha, bool accumulate)
 {
-#if !defined(EIGEN_USE_BLAS)
+    if (blas_runs_products() &&
+        blas_product<C, TransposeA, TransposeB>(a, lda, b, ldb, out, n, m, k, n, alpha, accumulate)) {
+        return;
+    }
     if (m == 1 || n == 1) {  // Eigen's GEMV kernel, on one thread
         gemm_vector<C, TransposeA, TransposeB>(a, lda, b, ldb, out, n, m, k, n, alpha, accumulate);
         return;
     }
     const int threads = in_parallel_region() ? 1 : Eigen::nbThreads();  // 1 without OpenMP
-    if (threads > 1 && m > 1 && n > 1 && double(m) * double(n) * double(k) >= gemm_parallel_work) {
+    if (threads > 1 && gemm_work_pays_fork(double(m) * double(n) * double(k))) {
         using traits = Eigen::internal::gebp_traits<C, C>;
         const auto grid = static_cast<std::size_t>(std::lcm(int(traits::mr), int(traits::nr)));
         const bool by_rows = m >= n;
@@ -247,7 +339,6 @@ void gemm_any_thread_count(const C* a, std::size_t lda, const C* b, std::size_t 
         });
         return;
     }
-#endif
     gemm_slab<C, TransposeA, TransposeB>(a, lda, b, ldb, out, n, m, k, n, alpha, accumulate);
 }
 /// The same for dense operands (row strides k and n; m and k when transposed).
@@ -750,13 +841,11 @@ template <class Strategy, class Out, class A, class PA, class B, class PB>
 /// Whether a product of M x K by K x N, and the two products of its backward pass, round the same
 /// whether an operand is read transposed in place or from a transposed copy: the GEMM kernels pack
 /// either layout into the same panels, but a product with one row or one column runs Eigen's
-/// GEMV kernels (gemm_vector), whose two layouts sum in different orders. With a BLAS, also not
-/// below M + N + K = 20, where its small-matrix kernels need not pack.
-[[nodiscard]] constexpr bool transposed_reads_keep_bits(std::size_t m, std::size_t k, std::size_t n) noexcept
+/// GEMV kernels (gemm_vector), whose two layouts sum in different orders. Where the BLAS runs the
+/// products, also not below M + N + K = 20, where its small-matrix kernels need not pack.
+[[nodiscard]] inline bool transposed_reads_keep_bits(std::size_t m, std::size_t k, std::size_t n) noexcept
 {
-#if defined(EIGEN_USE_BLAS)
-    if (m + n + k < 20) return false;
-#endif
+    if (blas_runs_products() && m + n + k < 20) return false;
     return m > 1 && k > 1 && n > 1;
 }
 
