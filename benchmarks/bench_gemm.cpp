@@ -46,7 +46,8 @@ constexpr shape mlp_shapes[] = {
 
 // One step of 1024 tokens: per layer the q/k/v, output and MLP products, forward, input gradient
 // and weight gradient; per layer and head of each of the 16 sequences the scores q.k^T, p.v and
-// their four backward products; the output head once.
+// their four backward products (k^T's gradient as q^T.gs: q.k^T reads k transposed in place); the
+// output head once.
 constexpr shape char_lm_shapes[] = {
     {"x.wqkv", 1024, 128, 384, false, false, 2},  {"g.wqkv^T", 1024, 384, 128, false, true, 2},
     {"x^T.g qkv", 128, 1024, 384, true, false, 2}, {"o.wo", 1024, 128, 128, false, false, 2},
@@ -58,7 +59,7 @@ constexpr shape char_lm_shapes[] = {
     {"x^T.g head", 128, 1024, 114, true, false, 1}, {"q.k^T", 64, 32, 64, false, true, 128},
     {"p.v", 64, 64, 32, false, false, 128},       {"g.v^T", 64, 32, 64, false, true, 128},
     {"p^T.g", 64, 64, 32, true, false, 128},      {"gs.k", 64, 64, 32, false, false, 128},
-    {"gs^T.q", 64, 64, 32, true, false, 128},
+    {"q^T.gs", 32, 64, 64, true, false, 128},
 };
 
 template <class F>
