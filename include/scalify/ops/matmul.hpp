@@ -203,17 +203,14 @@ void gemm_vector(const C* a, std::size_t lda, const C* b, std::size_t ldb, C* ou
     }
 }
 
-/// out = alpha * op(a) op(b) (+ out when `accumulate`) through the BLAS's sgemm or dgemm, with
-/// strides as gemm_slab's; false (nothing done) where the BLAS cannot take the call (no BLAS, a
-/// size beyond int, an empty result, an element type it lacks).
-template <class C, bool TransposeA, bool TransposeB>
-[[nodiscard]] bool blas_product([[maybe_unused]] const C* a, [[maybe_unused]] std::size_t lda,
-                                [[maybe_unused]] const C* b, [[maybe_unused]] std::size_t ldb, [[maybe_unused]] C* out,
-                                [[maybe_unused]] std::size_t ldo, [[maybe_unused]] std::size_t m,
-                                [[maybe_unused]] std::size_t k, [[maybe_unused]] std::size_t n,
-                                [[maybe_unused]] C alpha, [[maybe_unused]] bool accumulate)
-{
 #if defined(EIGEN_USE_BLAS)
+/// out = alpha * op(a) op(b) (+ out when `accumulate`) through the BLAS's sgemm or dgemm, with
+/// strides as gemm_slab's; false (nothing done) where the BLAS cannot take the call (a size beyond
+/// int, an empty result, an element type it lacks).
+template <class C, bool TransposeA, bool TransposeB>
+[[nodiscard]] bool blas_product(const C* a, std::size_t lda, const C* b, std::size_t ldb, C* out, std::size_t ldo,
+                                std::size_t m, std::size_t k, std::size_t n, C alpha, bool accumulate)
+{
     // The BLAS straight, with beta = 0: Eigen's product zero-fills out and then accumulates into
     // it (beta = 1), a pass over the result that was 5 % of a char_lm step; OpenBLAS's small-matrix
     // kernels (the attention's per-head products) then write out without reading it. The call is
@@ -235,9 +232,9 @@ template <class C, bool TransposeA, bool TransposeB>
             return true;
         }
     }
-#endif
     return false;
 }
+#endif
 
 /// out (m x n, row-major, row stride ldo) = alpha * op(a) op(b) (+ out when `accumulate`: the
 /// GEMM's beta = 1, linear's bias rows) through Eigen's sequential GEMM kernel, whatever the
@@ -312,10 +309,12 @@ template <class C, bool TransposeA, bool TransposeB>
 void gemm_any_thread_count(const C* a, std::size_t lda, const C* b, std::size_t ldb, std::size_t m, std::size_t k,
                            std::size_t n, C* out, C alpha, bool accumulate)
 {
+#if defined(EIGEN_USE_BLAS)
     if (blas_runs_products() &&
         blas_product<C, TransposeA, TransposeB>(a, lda, b, ldb, out, n, m, k, n, alpha, accumulate)) {
         return;
     }
+#endif
     if (m == 1 || n == 1) {  // Eigen's GEMV kernel, on one thread
         gemm_vector<C, TransposeA, TransposeB>(a, lda, b, ldb, out, n, m, k, n, alpha, accumulate);
         return;
