@@ -393,6 +393,7 @@ TEST_CASE("reductions, softmax, where, layout ops", "[ops]")
     CHECK(reduce_sum(a, {0, 1}).value()() == Approx(2.5f));
     CHECK_THROWS_WITH(reduce_sum(a, {2}), Contains("shape (2, 3)"));
     CHECK_THROWS_AS(reduce_sum(a, {1, 1}), shape_error);
+    CHECK_THROWS_WITH(reduce_sum(a, {1, 1}), Contains("axes [1, 1] are not distinct"));
     const auto with_nan = make_scaled_array(xt::xarray<float>{1.0f, std::numeric_limits<float>::quiet_NaN(), 3.0f}, 1.0f);
     CHECK(std::isnan(reduce_max(with_nan).value()()));
     CHECK(std::isnan(maximum(with_nan, with_nan).value()(1)));

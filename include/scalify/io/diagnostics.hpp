@@ -17,6 +17,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <map>
@@ -126,14 +127,15 @@ struct fmt::formatter<scalify::tensor_stats_result> {
     template <class Context>
     typename Context::iterator format(const scalify::tensor_stats_result& s, Context& ctx) const
     {
-        auto out = ctx.out();
-        if (!s.name.empty()) out = fmt::format_to(out, "{}: ", s.name);
-        out = fmt::format_to(out,
-                             "{} elements as {}: amax {:.4g}, min non-zero {:.4g}, zeros {}, non-finite {}, "
+        // fmt::format, not format_to: format_to compiles fmt's formatting engine into every program
+        // that prints this (fmt 9 declares it for no type extern), format runs libfmt's.
+        std::string text;
+        if (!s.name.empty()) text += s.name + ": ";
+        text += fmt::format("{} elements as {}: amax {:.4g}, min non-zero {:.4g}, zeros {}, non-finite {}, "
                              "saturate {:.2f}%, flush to zero {:.2f}%, subnormal {:.2f}%; exponents",
                              s.count, s.target, s.amax, s.min_nonzero, s.zeros, s.non_finite, 100 * s.saturate_fraction,
                              100 * s.underflow_fraction, 100 * s.subnormal_fraction);
-        for (const auto& [exponent, count] : s.exponent_histogram) out = fmt::format_to(out, " 2^{}:{}", exponent, count);
-        return out;
+        for (const auto& [exponent, count] : s.exponent_histogram) text += fmt::format(" 2^{}:{}", exponent, count);
+        return std::copy(text.begin(), text.end(), ctx.out());
     }
 };
