@@ -188,6 +188,16 @@ private:
             if constexpr (std::same_as<Gin, G>) return g;
             else return ctx.scale(m_g, g, dtype_of<G>);
         }());
+        return backward_products(ctx, g8, x8, w8, need_x, need_w);
+    }
+
+    /// backward's products, after the cast: compiled once, not once per cotangent type.
+    [[nodiscard]] std::tuple<ScaledArray<X, P>, ScaledArray<W, P>> backward_products(scaling_context<P>& ctx,
+                                                                                     const detail::grid_operand<P>& g8,
+                                                                                     const detail::grid_operand<P>& x8,
+                                                                                     const detail::grid_operand<P>& w8,
+                                                                                     bool need_x, bool need_w) const
+    {
         ScaledArray<X, P> gx;
         ScaledArray<W, P> gw;
         // The transposed operands are read in place (matmul_vjp's products), never copied.

@@ -277,6 +277,29 @@ private:
         else return cast<float>(compute(tag));
     }
 
+    /// A compute callable's two runs, with held_scaling and with natural_scaling, behind one
+    /// function pointer: what surrounds them (analysis, measurement, fallback, the cast to the
+    /// output type) is compiled once per output type, not once per callable, and every op's
+    /// callable is a lambda, a type of its own. Refers to the callable: lives within one use.
+    class compute_runs {
+    public:
+        template <class Compute>
+            requires(!std::same_as<std::remove_cvref_t<Compute>, compute_runs>)
+        compute_runs(Compute& compute) noexcept  // NOLINT: implicit, so that a use passes its callable as it is
+            : m_callable(std::addressof(compute)), m_run([](const void* callable, bool natural) {
+                  Compute& c = *static_cast<Compute*>(const_cast<void*>(callable));
+                  return natural ? call(c, strategy_tag<natural_scaling>{}) : call(c, strategy_tag<held_scaling>{});
+              })
+        {
+        }
+        [[nodiscard]] ScaledArray<float, Policy> held() const { return m_run(m_callable, false); }
+        [[nodiscard]] ScaledArray<float, Policy> natural() const { return m_run(m_callable, true); }
+
+    private:
+        const void* m_callable;
+        ScaledArray<float, Policy> (*m_run)(const void*, bool);
+    };
+
     /// Counts the use; true when it is an analysis use. Decides the waiting ops' periods when an op
     /// that finished its analysis comes back.
     bool begin_use(op_record& op)
@@ -355,10 +378,9 @@ private:
     }
 
     /// An analysis use: float32, measured.
-    template <class Compute>
-    [[nodiscard]] ScaledArray<float, Policy> analyse(op_record& op, Compute& compute)
+    [[nodiscard]] ScaledArray<float, Policy> analyse(op_record& op, const compute_runs& compute)
     {
-        ScaledArray<float, Policy> raw = call(compute, strategy_tag<natural_scaling>{});
+        ScaledArray<float, Policy> raw = compute.natural();
         const auto stat = detail::measure(raw.data(), m_config.norm, std::numeric_limits<double>::infinity());
         if (raw.scale() > 0.0f && detail::usable(stat.norm)) {
             const double x = std::log2(stat.norm);
@@ -381,20 +403,19 @@ private:
     }
 
     /// An inference use of an op that never analysed: float32, measured for this use only.
-    template <class Compute>
-    [[nodiscard]] ScaledArray<float, Policy> unrecorded_analysis(const op_record& op, Compute& compute)
+    [[nodiscard]] ScaledArray<float, Policy> unrecorded_analysis(const op_record& op, const compute_runs& compute)
     {
-        ScaledArray<float, Policy> raw = call(compute, strategy_tag<natural_scaling>{});
+        ScaledArray<float, Policy> raw = compute.natural();
         const auto stat = detail::measure(raw.data(), m_config.norm, std::numeric_limits<double>::infinity());
         return normalise(op, std::move(raw), detail::usable(stat.norm) ? stat.norm : 1.0);
     }
 
     /// The op in Out with the held multiplier, and its natural scale.
-    template <ScaledElement Out, class Compute>
-    [[nodiscard]] std::pair<ScaledArray<Out, Policy>, float> held(const op_record& op, Compute& compute)
+    template <ScaledElement Out>
+    [[nodiscard]] std::pair<ScaledArray<Out, Policy>, float> held(const op_record& op, const compute_runs& compute)
     {
         detail::held_guard guard(op.prop_scale);
-        ScaledArray<float, Policy> r = call(compute, strategy_tag<held_scaling>{});
+        ScaledArray<float, Policy> r = compute.held();
         const float natural = detail::held().natural;
         if (std::isnan(natural)) {
             SCALIFY_THROW(config_error(fmt::format(
@@ -405,8 +426,8 @@ private:
     }
 
     /// A use after analysis: the op in Out with the held multiplier; measured when scheduled.
-    template <ScaledElement Out, class Compute>
-    [[nodiscard]] ScaledArray<Out, Policy> low_precision(op_record& op, Compute& compute)
+    template <ScaledElement Out>
+    [[nodiscard]] ScaledArray<Out, Policy> low_precision(op_record& op, const compute_runs& compute)
     {
         const bool final_check = op.final_check_pending;
         const bool measure = measuring(op);
@@ -427,7 +448,7 @@ private:
         if (!trusted) {
             // "Slightly more involved": one float32 run measures exactly and re-stores this use's result.
             ++op.fallbacks;
-            ScaledArray<float, Policy> raw = call(compute, strategy_tag<natural_scaling>{});
+            ScaledArray<float, Policy> raw = compute.natural();
             const auto exact = detail::measure(raw.data(), m_config.norm, std::numeric_limits<double>::infinity());
             measured = exact.norm;
             if (raw.scale() > 0.0f && detail::usable(measured)) {
