@@ -127,29 +127,46 @@ template <class W, class X>
     else return convert<W, round_nearest_even, saturate_finite>(x);
 }
 
-/// values of `array` / s, each rounded once to W (nearest even, saturating; inf and NaN as NaN).
-template <class W, class T, ScalePolicy P>
-void encode_block(const ScaledArray<T, P>& array, double s, std::byte* out)
+/// `array`'s values (data times scale, apart from the scale) in double, exact for every element
+/// type, and its scale: the one step that depends on the gradient's type, so that encode_block is
+/// compiled once per wire type rather than once per pair of gradient and wire types.
+struct decoded_block {
+    std::vector<double> data;
+    float scale = 0.0f;
+};
+template <class T, ScalePolicy P>
+[[nodiscard]] decoded_block decode_block(const ScaledArray<T, P>& array)
 {
-    const std::size_t n = array.size();
-    std::vector<W> block(n, W{});  // a zero-scale array is zeros, whatever its data hold
+    decoded_block block{std::vector<double>(array.size()), array.scale()};
     const T* data = array.data().data();
-    const double k = static_cast<double>(array.scale()) / s;
+    for (std::size_t i = 0; i < block.data.size(); ++i) block.data[i] = static_cast<double>(scalify::detail::load(data[i]));
+    return block;
+}
+
+/// values of `array` / s, each rounded once to W (nearest even, saturating; inf and NaN as NaN).
+template <class W>
+void encode_block(const decoded_block& array, double s, std::byte* out)
+{
+    const std::size_t n = array.data.size();
+    std::vector<W> block(n, W{});  // a zero-scale array is zeros, whatever its data hold
+    const double* data = array.data.data();
+    const double k = static_cast<double>(array.scale) / s;
     const W nan = std::numeric_limits<W>::quiet_NaN();
     const auto kf = static_cast<float>(k);
     // A power-of-two k within float's normal range: multiplying in float rounds nothing (unless
     // the product is subnormal), and float is the fast path. Any other k: in double, one rounding.
+    // (The float path reads a double gradient rounded to float, as it always has.)
     const bool power_of_two = static_cast<double>(kf) == k && kf >= std::numeric_limits<float>::min() &&
                               kf <= std::numeric_limits<float>::max() && is_pow2_or_zero(kf);
-    if (array.scale() == 0.0f) {
+    if (array.scale == 0.0f) {
     } else if (!std::same_as<W, double> && power_of_two) {
         for (std::size_t i = 0; i < n; ++i) {
-            const float v = static_cast<float>(scalify::detail::load(data[i]));
+            const auto v = static_cast<float>(data[i]);
             block[i] = std::isfinite(v) ? to_wire<W>(v * kf) : nan;
         }
     } else {
         for (std::size_t i = 0; i < n; ++i) {
-            const double v = static_cast<double>(scalify::detail::load(data[i]));
+            const double v = data[i];
             block[i] = std::isfinite(v) ? to_wire<W>(v * k) : nan;
         }
     }
@@ -215,9 +232,8 @@ all_reduce_report all_reduce(std::span<ad::gradient<P>* const> grads, const all_
     }
     std::vector<std::byte> mine(offset.back());
     for (std::size_t t = 0; t < grads.size(); ++t) {
-        with_type_code(wire[t], [&]<class W>() {
-            grads[t]->visit([&]<class T>(const ScaledArray<T, P>& array) { encode_block<W>(array, scale[t], mine.data() + offset[t]); });
-        });
+        const decoded_block values = grads[t]->visit([](const auto& array) { return decode_block(array); });
+        with_type_code(wire[t], [&]<class W>() { encode_block<W>(values, scale[t], mine.data() + offset[t]); });
     }
     report.wire_bytes = mine.size();
 
