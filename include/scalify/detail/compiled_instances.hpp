@@ -33,8 +33,6 @@
     KIND void ::scalify::tensor_core::detail::gemm_reference<Model>(                                                \
         ::scalify::tensor_core::detail::operand_source, ::scalify::tensor_core::detail::operand_source, std::size_t, \
         std::size_t, std::size_t, float*);                                                                          \
-    KIND void ::scalify::tensor_core::detail::lane_chain<Model>(const float*, const std::int16_t*, const float*,     \
-                                                               const std::int16_t*, std::size_t, float*, std::size_t); \
     KIND bool ::scalify::tensor_core::detail::gemm_lanes<Model>(::scalify::tensor_core::detail::gemm_operand,        \
                                                                ::scalify::tensor_core::detail::gemm_operand, bool,   \
                                                                std::size_t, std::size_t, std::size_t, float*);

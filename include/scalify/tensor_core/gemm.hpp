@@ -630,18 +630,20 @@ struct uncut_terms {
 /// each lane's accumulator) sums its products and the accumulator exactly in double lanes,
 /// multiply-adds of exact products: the exact sum, rounded as the normalisation says; any other
 /// step runs the aligned terms.
-template <GemmModel Model, std::size_t Rows>
+/// Every `interval` instructions (the model's promotion interval; 0: never) the chain's sum joins a
+/// float32 total and restarts from +0. An argument, not a template parameter: models that differ
+/// only in it (h100_cublaslt_fp8 and its _fast form) share one compiled copy of the steps.
+template <InnerProductModel Instruction, std::size_t Rows>
 void lane_steps(const float* a_val, const std::int16_t* a_exp, std::size_t rows, const float* b_val,
                 const std::int16_t* b_exp, std::size_t k, float* out, std::size_t out_stride, std::size_t columns,
-                const uncut_terms& uncut, bool no_zero)
+                const uncut_terms& uncut, bool no_zero, std::size_t interval)
 {
-    using Plan = lane_plan<typename Model::instruction>;
+    using Plan = lane_plan<Instruction>;
     using wide = typename Plan::wide;
     using wide_bits = typename Plan::wide_bits;
     constexpr std::size_t W = lane_width;
     constexpr std::size_t R = Rows;
-    constexpr std::size_t K = Model::instruction::k;
-    constexpr std::size_t interval = Model::promotion_interval;
+    constexpr std::size_t K = Instruction::k;
     constexpr int F = Plan::F;
 
     std::array<const float*, R> av{};
@@ -779,7 +781,7 @@ void lane_steps(const float* a_val, const std::int16_t* a_exp, std::size_t rows,
                     if constexpr (Plan::join_in_int32) exact = static_cast<wide>(sum + c_aligned);
                     else exact = static_cast<wide>(sum) + static_cast<wide>(c_aligned);
                     auto exact_bits = std::bit_cast<wide_bits>(exact);
-                    if constexpr (Model::instruction::rules::normalisation == rounding_mode::nearest_even) {
+                    if constexpr (Instruction::rules::normalisation == rounding_mode::nearest_even) {
                         // Round to P bits, ties to even: add half a unit less one, plus the last kept
                         // bit; a carry runs into the exponent field as it should (the sign bit stays
                         // clear of it).
@@ -886,7 +888,7 @@ void lane_steps(const float* a_val, const std::int16_t* a_exp, std::size_t rows,
                         auto exact_bits = std::bit_cast<std::uint64_t>(exact[j] + odd[j]);
                         // An exact zero is +0 (whatever the rounding mode gave its sign).
                         exact_bits &= std::uint64_t{0} - static_cast<std::uint64_t>((exact_bits << 1) != 0);
-                        if constexpr (Model::instruction::rules::normalisation == rounding_mode::nearest_even) {
+                        if constexpr (Instruction::rules::normalisation == rounding_mode::nearest_even) {
                             constexpr int dropped = 52 + 1 - Plan::P;
                             exact_bits += ((std::uint64_t{1} << (dropped - 1)) - 1) + ((exact_bits >> dropped) & 1u);
                         }
@@ -910,7 +912,7 @@ void lane_steps(const float* a_val, const std::int16_t* a_exp, std::size_t rows,
                 padded_step(s, count);
             }
         }
-        if constexpr (interval != 0) {
+        if (interval != 0) {
             if (++in_group == interval) {
                 for (std::size_t r = 0; r < R; ++r)
                     for (std::size_t j = 0; j < W; ++j) {
@@ -923,7 +925,7 @@ void lane_steps(const float* a_val, const std::int16_t* a_exp, std::size_t rows,
     };
     for (std::size_t s = 0; s < k; s += K) instruction(s, std::min(K, k - s));
     for (std::size_t r = 0; r < std::min(R, rows); ++r) {
-        if constexpr (interval != 0) {
+        if (interval != 0) {
             if (in_group != 0)
                 for (std::size_t j = 0; j < W; ++j) total[r][j] += c[r][j];
             std::copy_n(total[r], columns, out + r * out_stride);
@@ -931,14 +933,6 @@ void lane_steps(const float* a_val, const std::int16_t* a_exp, std::size_t rows,
             std::copy_n(c[r], columns, out + r * out_stride);
         }
     }
-}
-
-/// One row of A against one block of columns: the whole chain along K, lane by lane.
-template <GemmModel Model>
-void lane_chain(const float* a_val, const std::int16_t* a_exp, const float* b_val, const std::int16_t* b_exp,
-                std::size_t k, float* out, std::size_t columns)
-{
-    lane_steps<Model, 1>(a_val, a_exp, 1, b_val, b_exp, k, out, 0, columns, uncut_terms{}, false);
 }
 
 /// Model's GEMM in lanes over operands whose pair lane_fit calls usable; false (nothing written)
@@ -1076,8 +1070,9 @@ template <GemmModel Model>
         if (panel.b_wide != nullptr) panel.b_wide += block * k * W;
         bool no_zero = bz[block] == 0;
         for (std::size_t r = 0; r < rows; ++r) no_zero = no_zero && rz[i + r] == 0;
-        lane_steps<Model, R>(av + i * k, ae + i * k, rows, bv + block * k * W, be + block * k * W, k, out + i * n + j0,
-                             n, std::min(W, n - j0), panel, no_zero);
+        lane_steps<typename Model::instruction, R>(av + i * k, ae + i * k, rows, bv + block * k * W, be + block * k * W, k,
+                                                   out + i * n + j0, n, std::min(W, n - j0), panel, no_zero,
+                                                   Model::promotion_interval);
     });
 
     // NaN and inf codes: the outputs they reach, again through the reference engine.
