@@ -483,8 +483,9 @@ std::string basic_inspection<Unused>::csv() const
     const auto row = [&](std::size_t node, std::string_view op, std::string_view name, std::string_view inputs,
                          std::string_view tensor, std::string_view pass, const tensor_summary& s, const double* flushed) {
         text += fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},", node, op, name, inputs, tensor, pass, s.type,
-                       detail::shape_text(s.shape), s.size, s.scale, s.log2_scale(), s.data_rms, s.amax, 100 * s.zero_fraction,
-                       100 * s.subnormal_fraction, 100 * s.saturated_fraction, 100 * s.non_finite_fraction);
+                            detail::shape_text(s.shape), s.size, s.scale, s.log2_scale(), s.data_rms, s.amax,
+                            100 * s.zero_fraction, 100 * s.subnormal_fraction, 100 * s.saturated_fraction,
+                            100 * s.non_finite_fraction);
         if (flushed != nullptr) text += fmt::format("{}", 100 * *flushed);
         text += '\n';
     };
@@ -588,21 +589,21 @@ struct fmt::formatter<scalify::ad::basic_inspection<void>> {
         std::string text;  // fmt::format, not format_to: see basic_inspection::csv
         if (r.precision == scalify::ad::full_precision) {
             text += fmt::format("loss {:.6g}; {} ops, {} parameters; no matmul_precision_scope\n", r.loss, r.ops.size(),
-                                 r.parameters.size());
+                                r.parameters.size());
         } else {
             text += fmt::format("loss {:.6g}; {} ops, {} parameters; matmul_precision_scope: operands {}, cotangents {}, {} scaling\n",
-                                 r.loss, r.ops.size(), r.parameters.size(), to_string(r.precision.forward),
-                                 to_string(r.precision.gradient), scaling_name(r.precision.scaling));
+                                r.loss, r.ops.size(), r.parameters.size(), to_string(r.precision.forward),
+                                to_string(r.precision.gradient), scaling_name(r.precision.scaling));
         }
         const auto row = [&](std::string_view first, std::string_view tensor, const tensor_summary& s, const cast_summary* cast) {
             text += fmt::format("{:<{}}  {:<14}  {:<13}  {:<11}  {:>7}  {:>9.4g}  {:>9.4g}  {:>6}  {:>6}  {:>6}  {:>6}\n", first,
-                                 width, tensor, s.type, scalify::ad::detail::shape_text(s.shape), scale_text(s.scale), s.data_rms,
-                                 s.amax, percent(s.zero_fraction), percent(s.subnormal_fraction), percent(s.saturated_fraction),
-                                 cast != nullptr ? percent(cast->flushed_fraction) : std::string("-"));
+                                width, tensor, s.type, scalify::ad::detail::shape_text(s.shape), scale_text(s.scale), s.data_rms,
+                                s.amax, percent(s.zero_fraction), percent(s.subnormal_fraction), percent(s.saturated_fraction),
+                                cast != nullptr ? percent(cast->flushed_fraction) : std::string("-"));
             if (s.non_finite_fraction > 0.0) text += fmt::format("{:<{}}  {} non-finite\n", "", width, percent(s.non_finite_fraction) + " %");
         };
         text += fmt::format("{:<{}}  {:<14}  {:<13}  {:<11}  {:>7}  {:>9}  {:>9}  {:>6}  {:>6}  {:>6}  {:>6}\n", "#node op", width,
-                             "tensor", "type", "shape", "scale", "data rms", "amax", "zero%", "subn%", "sat%", "flush%");
+                            "tensor", "type", "shape", "scale", "data rms", "amax", "zero%", "subn%", "sat%", "flush%");
         for (const auto& o : r.ops) {
             row(fmt::format("#{} {}", o.node, o.label()), "value", o.forward, nullptr);
             for (const auto& c : o.casts) {

@@ -132,9 +132,9 @@ struct fmt::formatter<scalify::tensor_stats_result> {
         std::string text;
         if (!s.name.empty()) text += s.name + ": ";
         text += fmt::format("{} elements as {}: amax {:.4g}, min non-zero {:.4g}, zeros {}, non-finite {}, "
-                             "saturate {:.2f}%, flush to zero {:.2f}%, subnormal {:.2f}%; exponents",
-                             s.count, s.target, s.amax, s.min_nonzero, s.zeros, s.non_finite, 100 * s.saturate_fraction,
-                             100 * s.underflow_fraction, 100 * s.subnormal_fraction);
+                            "saturate {:.2f}%, flush to zero {:.2f}%, subnormal {:.2f}%; exponents",
+                            s.count, s.target, s.amax, s.min_nonzero, s.zeros, s.non_finite, 100 * s.saturate_fraction,
+                            100 * s.underflow_fraction, 100 * s.subnormal_fraction);
         for (const auto& [exponent, count] : s.exponent_histogram) text += fmt::format(" 2^{}:{}", exponent, count);
         return std::copy(text.begin(), text.end(), ctx.out());
     }

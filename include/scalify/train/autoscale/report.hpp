@@ -108,10 +108,11 @@ struct fmt::formatter<scalify::autoscale::warning> {
         const double change = w.log2_change();
         // fmt::format, not format_to: format_to compiles fmt's formatting engine into every program
         // that prints this (fmt 9 declares it for no type extern), format runs libfmt's.
-        const std::string text = fmt::format("op '{}' use {}: propagation scale {:.4g} -> {:.4g} ({:+.1f} binades, {} risk{}){}{}",
-                              w.op, w.use, w.held, w.measured, change, change >= 0 ? "overflow" : "underflow",
-                              w.saturated ? ", saturated values seen" : "", w.frozen ? " [frozen op]" : "",
-                              w.final_check ? " [final check]" : "");
+        const std::string text =
+            fmt::format("op '{}' use {}: propagation scale {:.4g} -> {:.4g} ({:+.1f} binades, {} risk{}){}{}", w.op, w.use,
+                        w.held, w.measured, change, change >= 0 ? "overflow" : "underflow",
+                        w.saturated ? ", saturated values seen" : "", w.frozen ? " [frozen op]" : "",
+                        w.final_check ? " [final check]" : "");
         return std::copy(text.begin(), text.end(), ctx.out());
     }
 };
@@ -206,14 +207,14 @@ struct fmt::formatter<scalify::autoscale::scaling_report> {
         std::size_t width = 2;
         for (const auto& op : r.ops) width = std::max(width, op.name.size());
         std::string text = fmt::format(  // not format_to: see formatter<warning>
-                                  "autoscale report: {}; analysis {} uses, norm {}, warn at {} binades\n"
-                                  "{} ops ({} on, {} frozen, {} analysing), {} re-measurements, {} warnings\n",
-                                  r.strategy, r.config.analysis_iters, to_string(r.config.norm), r.config.warn_log2,
-                                  r.ops.size(), r.count(op_phase::on), r.count(op_phase::frozen),
-                                  r.count(op_phase::analysing), r.remeasurements(), r.warnings.size());
+            "autoscale report: {}; analysis {} uses, norm {}, warn at {} binades\n"
+            "{} ops ({} on, {} frozen, {} analysing), {} re-measurements, {} warnings\n",
+            r.strategy, r.config.analysis_iters, to_string(r.config.norm), r.config.warn_log2, r.ops.size(),
+            r.count(op_phase::on), r.count(op_phase::frozen), r.count(op_phase::analysing), r.remeasurements(),
+            r.warnings.size());
         text += fmt::format("{:<{}}  {:<9}  {:>6}  {:>7}  {:>8}  {:>9}  {:>9}  {:>8}  {:>11}  {}\n", "op", width,
-                             "state", "period", "uses", "analysed", "measured", "fallbacks", "warnings", "prop_scale",
-                             "history min..max");
+                            "state", "period", "uses", "analysed", "measured", "fallbacks", "warnings", "prop_scale",
+                            "history min..max");
         for (const auto& op : r.ops) {
             float lo = op.prop_scale, hi = op.prop_scale;
             for (const auto& h : op.history) {
@@ -221,8 +222,8 @@ struct fmt::formatter<scalify::autoscale::scaling_report> {
                 hi = std::max(hi, h.scale);
             }
             text += fmt::format("{:<{}}  {:<9}  {:>6}  {:>7}  {:>8}  {:>9}  {:>9}  {:>8}  {:>11.4g}  {:.4g}..{:.4g}\n",
-                                 op.name, width, to_string(op.phase), op.period, op.uses, op.analysis_measurements,
-                                 op.remeasurements, op.fallbacks, op.warnings, op.prop_scale, lo, hi);
+                                op.name, width, to_string(op.phase), op.period, op.uses, op.analysis_measurements,
+                                op.remeasurements, op.fallbacks, op.warnings, op.prop_scale, lo, hi);
         }
         for (const auto& w : r.warnings) text += fmt::format("warning: {}\n", w);
         return std::copy(text.begin(), text.end(), ctx.out());
