@@ -253,7 +253,12 @@ template <class Shape>
 [[nodiscard]] std::string shape_string(const Shape& shape)
 {
     std::string out = "(";
-    for (std::size_t i = 0; i < shape.size(); ++i) out += (i ? ", " : "") + std::to_string(shape[i]);
+    // Appended piece by piece: "literal" + std::to_string(...) draws GCC 12's false -Wrestrict
+    // warning (GCC PR 105651) where this is inlined into optimised code.
+    for (std::size_t i = 0; i < shape.size(); ++i) {
+        if (i != 0) out += ", ";
+        out += std::to_string(shape[i]);
+    }
     return out + (shape.size() == 1 ? ",)" : ")");
 }
 

@@ -465,7 +465,10 @@ template <class Shape>
 {
     if (shape.empty()) return "scalar";
     std::string out;
-    for (std::size_t i = 0; i < shape.size(); ++i) out += (i ? "x" : "") + std::to_string(shape[i]);
+    for (std::size_t i = 0; i < shape.size(); ++i) {
+        if (i != 0) out += 'x';
+        out += std::to_string(shape[i]);
+    }
     return out;
 }
 
