@@ -28,6 +28,7 @@
 #include <array>
 #include <cstddef>
 #include <map>
+#include <memory>
 #include <string>
 #include <tuple>
 #include <type_traits>
@@ -197,24 +198,45 @@ consteval bool checked_parameters()
     return trees;
 }
 
-/// value_and_grad's step; `observer` (ad::inspect's, else null) observes its tape while f runs
-/// and during the backward sweep.
-template <class Strategy, class F, class... Params>
-[[nodiscard]] auto checked_value_and_grad(tape_observer* observer, F&& f, const Params&... params)
+/// The leaf function that watches a parameter on `recording`: a named type, so that the trees of
+/// vars it makes have types a caller can name before any tape exists (watched_tree_t).
+template <class Strategy, ScalePolicy P>
+struct leaf_watcher {
+    tape<P>* recording;
+    template <class Leaf>
+    [[nodiscard]] auto operator()(const Leaf& leaf) const
+    {
+        return recording->template watch_in_place<Strategy>(leaf);
+    }
+};
+
+/// Tree with every leaf a var of Strategy: what value_and_grad's function receives for Tree.
+template <class Strategy, ScalePolicy P, class Tree>
+using watched_tree_t = decltype(tree_map(std::declval<const Tree&>(), std::declval<leaf_watcher<Strategy, P>&>()));
+
+/// The scale policy of a parameter list (its first leaf's).
+template <class... Params>
+using params_policy_t = typename first_leaf<std::tuple_element_t<0, std::tuple<Params...>>>::type::scale_policy;
+
+/// value_and_grad's step for parameters Params and a function returning Out, the function behind
+/// a pointer: compiled once per parameter and result types, not once per call site (each site's
+/// function is a lambda, a type of its own; inlined per site, this body was 0.4 CPU-s of g++ -O2
+/// each). `observer` (ad::inspect's, else null) observes the tape while the function runs and
+/// during the backward sweep.
+template <class Strategy, class Out, class... Params>
+[[nodiscard]] auto recorded_value_and_grad(tape_observer* observer,
+                                           Out (*call)(const void*, const watched_tree_t<Strategy, params_policy_t<Params...>, Params>&...),
+                                           const void* f, const Params&... params)
 {
-    static_assert(sizeof...(Params) > 0, "value_and_grad: give at least one parameter tree");
-    using first = typename detail::first_leaf<std::tuple_element_t<0, std::tuple<Params...>>>::type;
-    using P = typename first::scale_policy;
+    using P = params_policy_t<Params...>;
 
     tape<P> recording;
     const observing_scope observing(observer, recording);
     // The parameters are read in place (no copy per call): f must not change them.
-    auto watch = [&](const auto& leaf) { return recording.template watch_in_place<Strategy>(leaf); };
+    leaf_watcher<Strategy, P> watch{&recording};
     // Braced initialisation evaluates left to right: parameters are watched in order.
-    auto vars = std::tuple<decltype(detail::tree_map(params, watch))...>{detail::tree_map(params, watch)...};
-    const auto output = std::apply(std::forward<F>(f), std::as_const(vars));
-    using Out = std::remove_cvref_t<decltype(output)>;
-    static_assert(detail::is_var_v<Out>, "value_and_grad: the function must return an ad::var (its scalar result)");
+    auto vars = std::tuple<watched_tree_t<Strategy, P, Params>...>{detail::tree_map(params, watch)...};
+    const Out output = std::apply([&](const auto&... v) { return call(f, v...); }, std::as_const(vars));
     if (output.size() != 1) {
         SCALIFY_THROW(autodiff_error(fmt::format(
             "value_and_grad: the function returned shape {} ({} elements); gradients need a scalar result (reduce it, "
@@ -244,6 +266,27 @@ template <class Strategy, class F, class... Params>
             output.value(), std::move(std::get<0>(grads))};
     } else {
         return value_and_grad_result<typename Out::array_type, decltype(grads)>{output.value(), std::move(grads)};
+    }
+}
+
+/// value_and_grad's step: f's result type checked, then recorded_value_and_grad with f behind a
+/// pointer (its one per-site piece is the call).
+template <class Strategy, class F, class... Params>
+[[nodiscard]] auto checked_value_and_grad(tape_observer* observer, F&& f, const Params&... params)
+{
+    static_assert(sizeof...(Params) > 0, "value_and_grad: give at least one parameter tree");
+    using P = params_policy_t<Params...>;
+    using Function = std::remove_reference_t<F>;
+    using Out = std::remove_cvref_t<std::invoke_result_t<Function&, const watched_tree_t<Strategy, P, Params>&...>>;
+    static_assert(detail::is_var_v<Out>, "value_and_grad: the function must return an ad::var (its scalar result)");
+    if constexpr (detail::is_var_v<Out>) {
+        Out (*call)(const void*, const watched_tree_t<Strategy, P, Params>&...) =
+            [](const void* function, const watched_tree_t<Strategy, P, Params>&... vars) -> Out {
+            return (*static_cast<Function*>(const_cast<void*>(function)))(vars...);
+        };
+        return recorded_value_and_grad<Strategy, Out>(observer, call, std::addressof(f), params...);
+    } else {
+        return value_and_grad_result<int, int>{};  // never used: the static_assert above has failed
     }
 }
 
