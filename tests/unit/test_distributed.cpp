@@ -12,6 +12,7 @@
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <mutex>
 #include <random>
@@ -245,6 +246,47 @@ TEST_CASE("all_reduce_gradients: the mean in double to within one rounding, the 
                 CHECK_FALSE(report.found_non_finite);
             }
         }
+    }
+}
+
+TEST_CASE("all_reduce_gradients' wire encoding: each value rounded once, across its chunks' edges", "[distributed]")
+{
+    // encode_block reads the gradient through its type's widening function in chunks of 512:
+    // every value, on either side of a chunk's edge, is the one rounding of value / s to W.
+    std::mt19937 rng(5);
+    std::normal_distribution<float> normal;
+    const auto check = [&]<class W, class T>(std::size_t n, float scale, double s) {
+        xt::xarray<float> data = xt::xarray<float>::from_shape({n});
+        for (auto& x : data) x = normal(rng) * 8.0f;
+        if (n > 3) data(n - 2) = std::numeric_limits<float>::quiet_NaN();
+        if (n > 700) data(600) = std::numeric_limits<float>::infinity();
+        const ScaledArray<T, pow2_scale> array(xt::xarray<T>(xt::cast<T>(data)), scale);
+        std::vector<std::byte> wire(n * sizeof(W));
+        dist::detail::encode_block<W>(ad::detail::erase(array), s, wire.data());
+        for (std::size_t i = 0; i < n; ++i) {
+            W got;
+            std::memcpy(&got, wire.data() + i * sizeof(W), sizeof(W));
+            const double v = static_cast<double>(detail::load(array.data()(i)));
+            const double k = static_cast<double>(scale) / s;
+            const bool in_float = !std::same_as<W, double> && std::bit_cast<std::uint32_t>(static_cast<float>(k)) % (1u << 23) == 0;
+            // The reference: zero for a zero scale; NaN for a non-finite value; else one rounding.
+            W want = W{};
+            if (scale != 0.0f) {
+                const double x = in_float ? static_cast<double>(static_cast<float>(v) * static_cast<float>(k)) : v * k;
+                want = std::isfinite(v) ? dist::detail::to_wire<W>(in_float ? static_cast<float>(x) : x)
+                                        : std::numeric_limits<W>::quiet_NaN();
+            }
+            INFO("n " << n << " i " << i << " scale " << scale << " s " << s);
+            CHECK(std::memcmp(&got, &want, sizeof(W)) == 0);
+        }
+    };
+    for (const std::size_t n : {0, 1, 511, 512, 513, 1500}) {
+        check.operator()<float8_e5m2, float>(n, 0.5f, 2.0);           // k a power of two: in float
+        check.operator()<float8_e5m2, Eigen::bfloat16>(n, 1.0f, 3.0);  // k = 1/3: in double
+        check.operator()<Eigen::half, double>(n, 1.0f, 0.25);
+        check.operator()<float, float8_e4m3fn>(n, 2.0f, 1.0);
+        check.operator()<double, float>(n, 0.25f, 3.0);
+        check.operator()<float8_e5m2, float>(n, 0.0f, 1.0);  // a zero-scale array is zeros
     }
 }
 

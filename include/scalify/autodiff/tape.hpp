@@ -57,7 +57,7 @@ namespace detail {
 // ---- what an inspection sees (autodiff/inspect.hpp) ------------------------------------------
 
 /// An element type without its C++ type, as an inspection reads it (one constant per element
-/// type).
+/// type; dist::all_reduce_gradients encodes gradients through it too).
 struct erased_element {
     std::string_view name;  ///< element_name<T>
     bool wide = false;      ///< computes in double (T is double); else in float

@@ -31,6 +31,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <array>
 #include <bit>
 #include <cmath>
@@ -127,50 +128,43 @@ template <class W, class X>
     else return convert<W, round_nearest_even, saturate_finite>(x);
 }
 
-/// `array`'s values (data times scale, apart from the scale) in double, exact for every element
-/// type, and its scale: the one step that depends on the gradient's type, so that encode_block is
-/// compiled once per wire type rather than once per pair of gradient and wire types.
-struct decoded_block {
-    std::vector<double> data;
-    float scale = 0.0f;
-};
-template <class T, ScalePolicy P>
-[[nodiscard]] decoded_block decode_block(const ScaledArray<T, P>& array)
-{
-    decoded_block block{std::vector<double>(array.size()), array.scale()};
-    const T* data = array.data().data();
-    for (std::size_t i = 0; i < block.data.size(); ++i) block.data[i] = static_cast<double>(scalify::detail::load(data[i]));
-    return block;
-}
-
-/// values of `array` / s, each rounded once to W (nearest even, saturating; inf and NaN as NaN).
+/// values of `array` / s, each rounded once to W (nearest even, saturating; inf and NaN as NaN),
+/// written to out. The gradient's element type reaches it only as its widening function (exact,
+/// to double: the one an inspection reads arrays with), so this is compiled once per wire type, not
+/// once per pair of gradient and wire types; chunks of 512 values stay in L1 between the steps.
 template <class W>
-void encode_block(const decoded_block& array, double s, std::byte* out)
+void encode_block(const ad::detail::erased_array& array, double s, std::byte* out)
 {
-    const std::size_t n = array.data.size();
-    std::vector<W> block(n, W{});  // a zero-scale array is zeros, whatever its data hold
-    const double* data = array.data.data();
     const double k = static_cast<double>(array.scale) / s;
     const W nan = std::numeric_limits<W>::quiet_NaN();
     const auto kf = static_cast<float>(k);
     // A power-of-two k within float's normal range: multiplying in float rounds nothing (unless
     // the product is subnormal), and float is the fast path. Any other k: in double, one rounding.
-    // (The float path reads a double gradient rounded to float, as it always has.)
+    // (The float path reads a double gradient rounded to float.)
     const bool power_of_two = static_cast<double>(kf) == k && kf >= std::numeric_limits<float>::min() &&
                               kf <= std::numeric_limits<float>::max() && is_pow2_or_zero(kf);
-    if (array.scale == 0.0f) {
-    } else if (!std::same_as<W, double> && power_of_two) {
-        for (std::size_t i = 0; i < n; ++i) {
-            const auto v = static_cast<float>(data[i]);
-            block[i] = std::isfinite(v) ? to_wire<W>(v * kf) : nan;
+    std::array<double, 512> values;
+    std::array<W, 512> block;
+    for (std::size_t first = 0; first < array.size; first += block.size()) {
+        const std::size_t count = std::min(block.size(), array.size - first);
+        if (array.scale == 0.0f) {
+            std::fill_n(block.data(), count, W{});  // a zero-scale array is zeros, whatever its data hold
+        } else {
+            array.type->widen(array.data, first, count, values.data());
+            if (!std::same_as<W, double> && power_of_two) {
+                for (std::size_t i = 0; i < count; ++i) {
+                    const auto v = static_cast<float>(values[i]);
+                    block[i] = std::isfinite(v) ? to_wire<W>(v * kf) : nan;
+                }
+            } else {
+                for (std::size_t i = 0; i < count; ++i) {
+                    const double v = values[i];
+                    block[i] = std::isfinite(v) ? to_wire<W>(v * k) : nan;
+                }
+            }
         }
-    } else {
-        for (std::size_t i = 0; i < n; ++i) {
-            const double v = data[i];
-            block[i] = std::isfinite(v) ? to_wire<W>(v * k) : nan;
-        }
+        std::memcpy(out + first * sizeof(W), block.data(), count * sizeof(W));
     }
-    if (n != 0) std::memcpy(out, block.data(), n * sizeof(W));
 }
 
 [[nodiscard]] constexpr std::size_t aligned8(std::size_t bytes) noexcept { return (bytes + 7) / 8 * 8; }
@@ -232,7 +226,7 @@ all_reduce_report all_reduce(std::span<ad::gradient<P>* const> grads, const all_
     }
     std::vector<std::byte> mine(offset.back());
     for (std::size_t t = 0; t < grads.size(); ++t) {
-        const decoded_block values = grads[t]->visit([](const auto& array) { return decode_block(array); });
+        const ad::detail::erased_array values = grads[t]->visit([](const auto& array) { return ad::detail::erase(array); });
         with_type_code(wire[t], [&]<class W>() { encode_block<W>(values, scale[t], mine.data() + offset[t]); });
     }
     report.wire_bytes = mine.size();
