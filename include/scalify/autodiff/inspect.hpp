@@ -421,8 +421,7 @@ template <class Strategy, class F, class... Params>
 [[nodiscard]] auto checked_inspect(const inspect_options& options, F&& f, const Params&... params)
 {
     static_assert(sizeof...(Params) > 0, "inspect: give at least one parameter tree");
-    using first = typename first_leaf<std::tuple_element_t<0, std::tuple<Params...>>>::type;
-    using P = typename first::scale_policy;
+    using P = params_policy_t<Params...>;
 
     inspection report;
     auto values = summarize_trees(params...);
