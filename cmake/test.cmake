@@ -1,10 +1,10 @@
 # cmake -P cmake/test.cmake — set up, build and run the whole test suite: the g++ tree
 # (build-test/ at -Og, the exhaustive sweeps at -O3 -march=native: the sweeps, examples and
-# their checks, header hygiene, static, package and compile-fail tests, and the headers and
-# examples compiled for x86-64-v4, AVX-512, which this machine need not run), then the sanitizer
-# tree (clang++ 14, AddressSanitizer + UndefinedBehaviorSanitizer, baseline x86-64: the unit
-# tests, the libFuzzer targets and the tour examples' expected outputs once more, at a second
-# ISA level), so every run also proves the code compiles warning-free with both g++ and clang++.
+# their checks, static, package and compile-fail tests, and the examples compiled for x86-64-v4,
+# AVX-512, which this machine need not run), then the sanitizer tree (clang++ 14,
+# AddressSanitizer + UndefinedBehaviorSanitizer, baseline x86-64: the unit tests, the libFuzzer
+# targets, header hygiene and the tour examples' expected outputs once more, at a second ISA
+# level), so every run also proves the code compiles warning-free with both g++ and clang++.
 # Each tree builds only what its ctest runs, every target once (no benchmarks or tools), and the
 # end prints the build and run minutes.
 cmake_minimum_required(VERSION 3.21)  # script mode: sets the policies, so no CMP warnings
@@ -32,13 +32,15 @@ string(TIMESTAMP started "%s")
 set(mark ${started})
 
 # AVX-512: a CPU the developers' and CI's machines may lack, whose Eigen kernels GCC 12 warned on.
-scalify_build("${SCALIFY_TEST_BUILD}" TARGETS scalify_tests ARGS ${SCALIFY_TEST_ARGS} -DSCALIFY_CHECK_ISA=x86-64-v4)
+# Each header compiled on its own: in the sanitizer tree, where it costs half (tests/CMakeLists.txt).
+scalify_build("${SCALIFY_TEST_BUILD}" TARGETS scalify_tests
+  ARGS ${SCALIFY_TEST_ARGS} -DSCALIFY_CHECK_ISA=x86-64-v4 -DSCALIFY_CHECK_HEADERS=OFF)
 scalify_phase("g++ tree build (build-test/)")
 scalify_ctest("${SCALIFY_TEST_BUILD}")
 scalify_phase("g++ tree tests")
 
-# Only what runs there (the unit tests, the fuzz targets, the tour examples) and the
-# static_assert files: the exhaustive sweeps and training examples ran in the g++ tree. The tour
+# Only what runs there (the unit tests, the fuzz targets, the header checks, the tour examples)
+# and the static_assert files: the exhaustive sweeps and training examples ran in the g++ tree. The tour
 # examples run here built for the baseline x86-64 (SSE2, no FMA: SCALIFY_NATIVE off) where the
 # g++ tree built them for this machine, so an output that depends on the CPU's GEMM kernels fails
 # on the developers' machine before it fails on a user's. -O0 compiles the instrumented unit tests
@@ -65,9 +67,9 @@ scalify_build("${SCALIFY_ROOT}/build-sanitize"
   -DSCALIFY_BUILD_EXAMPLES=ON -DSCALIFY_NATIVE=OFF -DSCALIFY_BUILD_BENCHMARKS=OFF -DSCALIFY_BUILD_TOOLS=OFF
   -DSCALIFY_INSTALL=OFF -DSCALIFY_BUILD_FUZZ=ON)
 scalify_phase("sanitizer tree build (build-sanitize/, clang++ 14)")
-# The whole unit suite under the sanitizers, every fuzz target for SCALIFY_FUZZ_SECONDS, and the
-# tour examples against their expected outputs.
-scalify_ctest("${SCALIFY_ROOT}/build-sanitize" -L "unit|fuzz|tour")
+# The whole unit suite under the sanitizers, every fuzz target for SCALIFY_FUZZ_SECONDS, the
+# header checks and the tour examples against their expected outputs.
+scalify_ctest("${SCALIFY_ROOT}/build-sanitize" -L "unit|fuzz|tour|headers")
 scalify_phase("sanitizer tree tests")
 
 string(TIMESTAMP finished "%s")
