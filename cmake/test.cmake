@@ -40,10 +40,10 @@ scalify_ctest("${SCALIFY_TEST_BUILD}")
 scalify_phase("g++ tree tests")
 
 # Only what runs there (the unit tests, the fuzz targets, the header checks, the tour examples)
-# and the static_assert files: the exhaustive sweeps and training examples ran in the g++ tree. The tour
-# examples run here built for the baseline x86-64 (SSE2, no FMA: SCALIFY_NATIVE off) where the
-# g++ tree built them for this machine, so an output that depends on the CPU's GEMM kernels fails
-# on the developers' machine before it fails on a user's. -O0 compiles the instrumented unit tests
+# and the static_assert files: the exhaustive sweeps and training examples ran in the g++ tree.
+# The tour examples run here built for the baseline x86-64 (SSE2, no FMA: SCALIFY_NATIVE off)
+# where the g++ tree built them for this machine, so an output that depends on the CPU's GEMM
+# kernels fails on the developers' machine before it fails on a user's. -O0 compiles the instrumented unit tests
 # several times faster than -O1 (test_autoscale_ad: 53 against 302 s); the fuzz targets keep -O1,
 # their executions per second (fuzz_ops: 5000/s, 580/s at -O0).
 # lld links the instrumented programs in a fraction of GNU ld's time (the unit tests: 1.3 s
