@@ -22,6 +22,7 @@
 #include <fmt/format.h>
 #include <limits>
 #include <string>
+#include <string_view>
 #include <type_traits>
 
 namespace scalify {
@@ -248,18 +249,30 @@ inline constexpr bool is_scaled_array_v<ScaledArray<T, P>> = true;
 template <class A>
 concept AnyScaledArray = is_scaled_array_v<std::remove_cvref_t<A>>;
 
+namespace detail {
+/// The integers of `values` with `separator` between them ("2, 3", "128x784"), for messages and
+/// reports. Appended piece by piece: "literal" + std::to_string(...) draws GCC 12's false
+/// -Wrestrict warning (GCC PR 105651) where it is inlined into optimised code.
+template <class Integers>
+[[nodiscard]] std::string joined(const Integers& values, std::string_view separator)
+{
+    std::string out;
+    for (const auto value : values) {
+        if (!out.empty()) out += separator;
+        out += std::to_string(value);
+    }
+    return out;
+}
+}  // namespace detail
+
 /// "(2, 3)" for messages.
 template <class Shape>
 [[nodiscard]] std::string shape_string(const Shape& shape)
 {
     std::string out = "(";
-    // Appended piece by piece: "literal" + std::to_string(...) draws GCC 12's false -Wrestrict
-    // warning (GCC PR 105651) where this is inlined into optimised code.
-    for (std::size_t i = 0; i < shape.size(); ++i) {
-        if (i != 0) out += ", ";
-        out += std::to_string(shape[i]);
-    }
-    return out + (shape.size() == 1 ? ",)" : ")");
+    out += detail::joined(shape, ", ");
+    out += shape.size() == 1 ? ",)" : ")";
+    return out;
 }
 
 }  // namespace scalify

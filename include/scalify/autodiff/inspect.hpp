@@ -462,13 +462,7 @@ template <class Strategy, class F, class... Params>
 template <class Shape>
 [[nodiscard]] std::string shape_text(const Shape& shape)
 {
-    if (shape.empty()) return "scalar";
-    std::string out;
-    for (std::size_t i = 0; i < shape.size(); ++i) {
-        if (i != 0) out += 'x';
-        out += std::to_string(shape[i]);
-    }
-    return out;
+    return shape.empty() ? std::string("scalar") : scalify::detail::joined(shape, "x");
 }
 
 }  // namespace detail

@@ -37,13 +37,9 @@ template <class Shape>
     std::sort(axes.begin(), axes.end());
     for (std::size_t i = 0; i < axes.size(); ++i) {
         if (axes[i] >= shape.size() || (i > 0 && axes[i] == axes[i - 1])) {
-            std::string listed;  // "[0, 3]", as fmt/ranges.h would print it (not included: its parsing costs every TU)
-            for (const std::size_t axis : axes) {
-                listed += listed.empty() ? "[" : ", ";
-                listed += std::to_string(axis);
-            }
-            SCALIFY_THROW(shape_error(fmt::format("{}: axes {}] are not distinct axes of an array of shape {}", op, listed,
-                                                  shape_string(shape))));
+            // "[0, 3]", as fmt/ranges.h would print it (not included: its parsing costs every TU).
+            SCALIFY_THROW(shape_error(fmt::format("{}: axes [{}] are not distinct axes of an array of shape {}", op,
+                                                  detail::joined(axes, ", "), shape_string(shape))));
         }
     }
     for (std::size_t d = 0; d < shape.size(); ++d) {
