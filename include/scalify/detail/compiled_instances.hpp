@@ -28,14 +28,41 @@
     X(KIND, scalify::tensor_core::h100_tf32_chain)        \
     X(KIND, scalify::tensor_core::b200_tf32_chain)
 
-/// KIND is `template` (the definitions, in src/compiled.cpp) or `extern template`.
-#define SCALIFY_TENSOR_CORE_INSTANCE(KIND, Model)                                                                   \
-    KIND void ::scalify::tensor_core::detail::gemm_reference<Model>(                                                \
-        ::scalify::tensor_core::detail::operand_source, ::scalify::tensor_core::detail::operand_source, std::size_t, \
-        std::size_t, std::size_t, float*);                                                                          \
-    KIND bool ::scalify::tensor_core::detail::gemm_lanes<Model>(::scalify::tensor_core::detail::gemm_operand,        \
-                                                               ::scalify::tensor_core::detail::gemm_operand, bool,   \
-                                                               std::size_t, std::size_t, std::size_t, float*);
+/// The instructions of those models whose chains run in lanes: each model's lane_steps (a model
+/// and its _fast form share their instruction's).
+#define SCALIFY_FOR_EACH_LANE_INSTRUCTION(X, KIND) \
+    X(KIND, scalify::tensor_core::h100_qgmma)      \
+    X(KIND, scalify::tensor_core::h100_hmma)       \
+    X(KIND, scalify::tensor_core::v100_hmma)       \
+    X(KIND, scalify::tensor_core::a100_hmma)       \
+    X(KIND, scalify::tensor_core::ada_hmma)        \
+    X(KIND, scalify::tensor_core::ada_qmma)        \
+    X(KIND, scalify::tensor_core::b200_hmma)       \
+    X(KIND, scalify::tensor_core::b200_qmma)       \
+    X(KIND, scalify::tensor_core::a100_tf32)       \
+    X(KIND, scalify::tensor_core::ada_tf32)        \
+    X(KIND, scalify::tensor_core::h100_tf32)       \
+    X(KIND, scalify::tensor_core::b200_tf32)
+
+/// KIND is `template` (the definitions, in src/compiled.cpp) or `extern template`. A model's own
+/// code: its reference chain; the engines' bodies it runs through are SCALIFY_GEMM_ENGINE_INSTANCES.
+#define SCALIFY_TENSOR_CORE_INSTANCE(KIND, Model)                                   \
+    KIND float ::scalify::tensor_core::detail::chain_reference<Model>(              \
+        const ::scalify::tensor_core::detail::operand*, const ::scalify::tensor_core::detail::operand*, std::size_t) noexcept;
+
+#define SCALIFY_LANE_STEPS_INSTANCE(KIND, Instruction)                                                                  \
+    KIND void ::scalify::tensor_core::detail::lane_steps<Instruction, ::scalify::tensor_core::detail::lane_rows>(       \
+        const float*, const std::int16_t*, std::size_t, const float*, const std::int16_t*, std::size_t, float*,         \
+        std::size_t, std::size_t, const ::scalify::tensor_core::detail::uncut_terms&, bool, std::size_t);
+
+/// The reference engine's and the lanes' GEMM bodies, one copy for every model.
+#define SCALIFY_GEMM_ENGINE_INSTANCES(KIND)                                                                              \
+    KIND void ::scalify::tensor_core::detail::gemm_reference_with<void>(                                              \
+        ::scalify::tensor_core::detail::chain_fn, ::scalify::tensor_core::detail::operand_source,                      \
+        ::scalify::tensor_core::detail::operand_source, std::size_t, std::size_t, std::size_t, float*);                \
+    KIND bool ::scalify::tensor_core::detail::gemm_lanes_with<void>(                                                  \
+        const ::scalify::tensor_core::detail::lane_model&, ::scalify::tensor_core::detail::gemm_operand,               \
+        ::scalify::tensor_core::detail::gemm_operand, bool, std::size_t, std::size_t, std::size_t, float*);
 
 /// The table a run-time tensor_core::accumulation_scope selects from (tensor_core/accumulation.hpp):
 /// the one function that references every GPU's GEMMs over float32 operands on formats' grids,

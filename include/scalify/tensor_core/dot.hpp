@@ -96,8 +96,8 @@ template <EncodedFloat T>
 }
 
 /// Decomposes `count` operands of type T, data[first + i * stride], into out. The engine and the
-/// GEMMs read operands through this one typed step, so their bodies exist once per model, not once
-/// per model and pair of operand types.
+/// GEMMs read operands through this one typed step, so their bodies are not compiled once per
+/// pair of operand types.
 using operand_reader = void (*)(const void* data, std::size_t first, std::size_t count, std::size_t stride,
                                 operand* out) noexcept;
 

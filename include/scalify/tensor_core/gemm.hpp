@@ -160,10 +160,16 @@ template <GemmModel Model>
     });
 }
 
-/// Model's GEMM on the reference engine, out (M x N) from a (M x K) and b (K x N), row-major. Tasks
-/// of 8 rows by 32 columns decompose their operands once and share them among 256 outputs.
-template <GemmModel Model>
-void gemm_reference(operand_source a, operand_source b, std::size_t m, std::size_t k, std::size_t n, float* out)
+/// One output's chain of one model (chain_reference<Model>), as a value.
+using chain_fn = float (*)(const operand* a, const operand* b, std::size_t k) noexcept;
+
+/// The reference engine's GEMM, out (M x N) from a (M x K) and b (K x N), row-major, each output
+/// by `chain`. Tasks of 8 rows by 32 columns decompose their operands once and share them among
+/// 256 outputs. Compiled once for every model (a template only so that scalify::compiled can hold
+/// its one instance): the chain, called once per output of K products, is the model's own code.
+template <class = void>
+void gemm_reference_with(chain_fn chain, operand_source a, operand_source b, std::size_t m, std::size_t k, std::size_t n,
+                         float* out)
 {
     constexpr std::size_t rows = 8, columns = 32;
     const std::size_t row_tasks = (m + rows - 1) / rows, column_tasks = (n + columns - 1) / columns;
@@ -177,8 +183,15 @@ void gemm_reference(operand_source a, operand_source b, std::size_t m, std::size
         for (std::size_t j = 0; j < width; ++j) b(j0 + j, k, n, b_columns.data() + j * k);
         for (std::size_t i = 0; i < height; ++i)
             for (std::size_t j = 0; j < width; ++j)
-                out[(i0 + i) * n + j0 + j] = chain_reference<Model>(a_rows.data() + i * k, b_columns.data() + j * k, k);
+                out[(i0 + i) * n + j0 + j] = chain(a_rows.data() + i * k, b_columns.data() + j * k, k);
     });
+}
+
+/// Model's GEMM on the reference engine.
+template <GemmModel Model>
+void gemm_reference(operand_source a, operand_source b, std::size_t m, std::size_t k, std::size_t n, float* out)
+{
+    gemm_reference_with(&chain_reference<Model>, a, b, m, k, n, out);
 }
 
 // ---- the vectorised path ----------------------------------------------------------------------
@@ -235,6 +248,17 @@ using lane_exact_sum = double;
 }
 #endif
 
+/// lane_plan::in_range for alignment_bits F.
+[[nodiscard]] constexpr bool lanes_in_range(int F, int min_a, int max_a, int min_b, int max_b, std::size_t k) noexcept
+{
+    return min_a > -126 && min_b > -126 && min_a + min_b >= F - 126 &&
+           max_a + max_b + 2 + static_cast<int>(std::bit_width(k)) <= 126;
+}
+
+/// Rows of A whose chains run side by side (lane_steps). Two were fastest for every K (4 to 32)
+/// on an AVX-512 Xeon: one leaves K = 4 and 8 waiting on each step's result, four spill.
+inline constexpr std::size_t lane_rows = 2;
+
 /// How Instruction's chains run in lanes. Per output and instruction, each term is
 /// trunc(a * b * 2^(F - emax)) in float lanes: a and b are floats holding the operands exactly,
 /// their product is exact (significands of at most 24 bits together), and scaling by a power of
@@ -256,8 +280,7 @@ struct lane_plan {
     /// chain's sum stays below k times the largest product.
     [[nodiscard]] static constexpr bool in_range(int min_a, int max_a, int min_b, int max_b, std::size_t k) noexcept
     {
-        return min_a > -126 && min_b > -126 && min_a + min_b >= F - 126 &&
-               max_a + max_b + 2 + static_cast<int>(std::bit_width(k)) <= 126;
+        return lanes_in_range(F, min_a, max_a, min_b, max_b, k);
     }
     /// The float type that holds the exact sum (accumulator and terms) exactly.
     using wide = std::conditional_t<(bits <= 24), float, double>;
@@ -310,9 +333,8 @@ struct lane_plan {
         K * ((std::uint64_t{1} << (F + 2)) - 1) + (std::uint64_t{1} << (F + 1)) < (std::uint64_t{1} << 31) - 128;
     /// Clears the float bits below the P-th significant bit.
     static constexpr std::uint32_t float_result_mask = ~((std::uint32_t{1} << (24 - std::min(P, 24))) - 1);
-    /// Rows of A whose chains run side by side (lane_steps). Two were fastest for every K (4 to
-    /// 32) on an AVX-512 Xeon: one leaves K = 4 and 8 waiting on each step's result, four spill.
-    static constexpr std::size_t rows = 2;
+    /// Rows of A whose chains run side by side (lane_steps).
+    static constexpr std::size_t rows = lane_rows;
     /// Whether lane_steps has a second copy of the step, without the floor's clamp and blend, for
     /// tasks without a zero operand: a tenth of a K = 4 or 8 step, a few percent of a longer one,
     /// where the second copy measured slower (fp8, K = 32: 12%).
@@ -935,14 +957,39 @@ void lane_steps(const float* a_val, const std::int16_t* a_exp, std::size_t rows,
     }
 }
 
-/// Model's GEMM in lanes over operands whose pair lane_fit calls usable; false (nothing written)
-/// when check_range is set and the data's exponents are out of range. Compiled once per model:
-/// the operand types reach it as their readers.
+/// lane_steps of one instruction, as a value.
+using lane_steps_fn = void (*)(const float* a_val, const std::int16_t* a_exp, std::size_t rows, const float* b_val,
+                               const std::int16_t* b_exp, std::size_t k, float* out, std::size_t out_stride,
+                               std::size_t columns, const uncut_terms& uncut, bool no_zero, std::size_t interval);
+
+/// What the lanes' GEMM needs of a model, as values: its body (the decode, the exponent ranges,
+/// the tasks, the non-finite outputs) is compiled once for every model, and only the steps and
+/// the reference chain are each model's own code.
+struct lane_model {
+    int alignment_bits;              ///< F, for lanes_in_range
+    int uncut_mantissa;              ///< double_terms models: the operands' most mantissa bits (-1: no uncut path)
+    std::size_t promotion_interval;  ///< the chain restarts every this many instructions (0: never)
+    lane_steps_fn steps;             ///< lane_steps<instruction, lane_rows>
+    chain_fn reference;              ///< chain_reference<Model>: outputs that a NaN or inf operand reaches
+};
+
 template <GemmModel Model>
-[[nodiscard]] bool gemm_lanes(gemm_operand a, gemm_operand b, bool check_range, std::size_t m, std::size_t k,
-                              std::size_t n, float* out)
+inline constexpr lane_model lane_model_of = [] {
+    using instruction = typename Model::instruction;
+    using plan = lane_plan<instruction>;
+    constexpr int mantissa = operand_mantissa_bits<typename instruction::operands>;
+    return lane_model{plan::F, plan::double_terms && mantissa >= 0 ? mantissa : -1, Model::promotion_interval,
+                      &lane_steps<instruction, lane_rows>, &chain_reference<Model>};
+}();
+
+/// The GEMM in lanes of the model `model` describes, over operands whose pair lane_fit calls
+/// usable; false (nothing written) when check_range is set and the data's exponents are out of
+/// range. The operand types reach it as their readers, the model as its lane_model: one compiled
+/// copy for every model and pair (a template only so that scalify::compiled can hold it).
+template <class = void>
+[[nodiscard]] bool gemm_lanes_with(const lane_model& model, gemm_operand a, gemm_operand b, bool check_range,
+                                   std::size_t m, std::size_t k, std::size_t n, float* out)
 {
-    using Plan = lane_plan<typename Model::instruction>;
     constexpr std::size_t W = lane_width;
     const std::size_t blocks = (n + W - 1) / W;
 
@@ -1012,14 +1059,14 @@ template <GemmModel Model>
 
     if (check_range) {
         const bool some_zero_operand = min_a > max_a || min_b > max_b;  // every product is zero
-        if (!some_zero_operand && !Plan::in_range(min_a, max_a, min_b, max_b, k)) return false;
+        if (!some_zero_operand && !lanes_in_range(model.alignment_bits, min_a, max_a, min_b, max_b, k)) return false;
     }
 
     // The uncut path of double_terms models: the data's exponent bounds (a scan of the decoded
     // exponents: the fp8 readers do not track them) and B's panel as doubles.
     uncut_terms uncut;
-    if constexpr (Plan::double_terms && operand_mantissa_bits<typename Model::instruction::operands> >= 0) {
-        constexpr int mantissa = operand_mantissa_bits<typename Model::instruction::operands>;
+    if (model.uncut_mantissa >= 0) {
+        const int mantissa = model.uncut_mantissa;
         const auto bounds = [](const std::int16_t* e, std::size_t count) {
             int low = INT16_MAX, high = INT16_MIN;
             for (std::size_t i = 0; i < count; ++i) {
@@ -1060,8 +1107,10 @@ template <GemmModel Model>
     for (std::size_t block = 0; block < blocks; ++block) block_zero[block] = holds_zero(be + block * k * W, k * W) ? 1 : 0;
     const unsigned char* rz = row_zero.data();
     const unsigned char* bz = block_zero.data();
-    // Tasks of Plan::rows rows of A against one block of B.
-    constexpr std::size_t R = Plan::rows;
+    // Tasks of lane_rows rows of A against one block of B.
+    constexpr std::size_t R = lane_rows;
+    const lane_steps_fn steps = model.steps;
+    const std::size_t interval = model.promotion_interval;
     const std::size_t groups = (m + R - 1) / R;
     scalify::detail::parallel_for(blocks * groups, [=](std::size_t task) {
         const std::size_t block = task / groups, i = task % groups * R, rows = std::min(R, m - i);
@@ -1070,9 +1119,8 @@ template <GemmModel Model>
         if (panel.b_wide != nullptr) panel.b_wide += block * k * W;
         bool no_zero = bz[block] == 0;
         for (std::size_t r = 0; r < rows; ++r) no_zero = no_zero && rz[i + r] == 0;
-        lane_steps<typename Model::instruction, R>(av + i * k, ae + i * k, rows, bv + block * k * W, be + block * k * W, k,
-                                                   out + i * n + j0, n, std::min(W, n - j0), panel, no_zero,
-                                                   Model::promotion_interval);
+        steps(av + i * k, ae + i * k, rows, bv + block * k * W, be + block * k * W, k, out + i * n + j0, n,
+              std::min(W, n - j0), panel, no_zero, interval);
     });
 
     // NaN and inf codes: the outputs they reach, again through the reference engine.
@@ -1087,10 +1135,18 @@ template <GemmModel Model>
         for (std::size_t i = 0; i < m; ++i) {
             if (!whole_column && !special_row[i]) continue;
             a.operands(a.data, i * k, k, 1, row.data());
-            out[i * n + j] = chain_reference<Model>(row.data(), column.data(), k);
+            out[i * n + j] = model.reference(row.data(), column.data(), k);
         }
     }
     return true;
+}
+
+/// Model's GEMM in lanes (gemm_lanes_with).
+template <GemmModel Model>
+[[nodiscard]] bool gemm_lanes(gemm_operand a, gemm_operand b, bool check_range, std::size_t m, std::size_t k,
+                              std::size_t n, float* out)
+{
+    return gemm_lanes_with(lane_model_of<Model>, a, b, check_range, m, k, n, out);
 }
 
 /// gemm_lanes over typed operands (TA x TB must be a pair lane_fit calls usable).
@@ -1248,4 +1304,6 @@ template <GemmModel Model, std::ranges::contiguous_range RA, std::ranges::contig
 #ifdef SCALIFY_SEPARATE_COMPILATION  // scalify::compiled holds these (detail/compiled_instances.hpp)
 #include <scalify/detail/compiled_instances.hpp>
 SCALIFY_FOR_EACH_GEMM_MODEL(SCALIFY_TENSOR_CORE_INSTANCE, extern template)
+SCALIFY_FOR_EACH_LANE_INSTRUCTION(SCALIFY_LANE_STEPS_INSTANCE, extern template)
+SCALIFY_GEMM_ENGINE_INSTANCES(extern template)
 #endif
