@@ -484,7 +484,7 @@ template <bool NeedsAmax, class R, class C, ScalePolicy P>
 [[nodiscard]] ScaledArray<R, P> finish_matmul(const std::vector<std::size_t>& shape, const scale_request& request,
                                               scale_rule rule, const C* raw)
 {
-    return finish_by_rule<NeedsAmax, P, R, C>("matmul", shape, request, rule, [raw](std::size_t i) { return raw[i]; });
+    return finish_by_rule<NeedsAmax, P, R, C>("matmul", shape, request, rule, buffer_source<C>{raw});
 }
 
 /// The result buffer of a 2-D product: the caller's (when it is an xt::xarray<R>), else new.

@@ -138,7 +138,7 @@ template <class Op, class Strategy, class Out, class T, class P, class Finish>
             raw[i] = finish_lane(value(i), lane.top, lane.total, lane.log_total);
         }
     });
-    return finish<Op, Strategy, P, out_or_t<Out, T>, C>(op, a.shape(), request, [&raw](std::size_t i) { return raw[i]; });
+    return finish<Op, Strategy, P, out_or_t<Out, T>, C>(op, a.shape(), request, buffer_source<C>{raw.data()});
 }
 
 }  // namespace detail
@@ -185,7 +185,7 @@ template <class Op, class Strategy, class Policy, class R, class C, class Shape,
         const C value = reduce(base, stride);
         for (std::size_t k = 0; k < lanes.length; ++k) raw[base + k * stride] = element(base + k * stride, value);
     });
-    return finish<Op, Strategy, Policy, R, C>(op, shape, request, [&raw](std::size_t i) { return raw[i]; });
+    return finish<Op, Strategy, Policy, R, C>(op, shape, request, buffer_source<C>{raw.data()});
 }
 
 /// softmax_vjp's body (see binary_body), the result stored as R.

@@ -146,8 +146,7 @@ template <bool NeedsAmax, class Out, class T, class P, class C, class Combine>
     request.input_scales[0] = a.scale();
     request.contraction = std::max<std::size_t>(plan.count, 1);  // an empty reduction: one term (0, or NaN for a mean)
     request.single_values[0] = single_magnitude(a);
-    return finish_by_rule<NeedsAmax, P, out_or_t<Out, T>, C>(op, plan.out_shape, request, rule,
-                                                              [&raw](std::size_t i) { return raw[i]; });
+    return finish_by_rule<NeedsAmax, P, out_or_t<Out, T>, C>(op, plan.out_shape, request, rule, buffer_source<C>{raw.data()});
 }
 template <class Op, class Strategy, class Out, class T, class P, class C, class Combine>
 [[nodiscard]] auto reduce(const char* op, const ScaledArray<T, P>& a, std::vector<std::size_t> axes, C init, Combine combine,

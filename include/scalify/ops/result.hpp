@@ -191,10 +191,69 @@ inline constexpr bool needs_amax_v = [] {
     else return false;
 }();
 
+/// out[i] = store(source(i) x natural / scale) for i in [0, n): zeros for a zero scale or a zero
+/// natural scale. `source` is taken by value: a local copy of the element lambda (pointers and
+/// factors) that stores to `out` cannot alias, so the loop keeps them in registers and vectorises.
+template <class Out, class C, class Source>
+void store_scaled(Out* out, std::size_t n, float scale, float natural, Source source)
+{
+    if (scale == 0.0f || natural == 0.0f) {
+        for (std::size_t i = 0; i < n; ++i) out[i] = store<Out>(C(0));
+        return;
+    }
+    const auto factor = make_factor<C>(static_cast<double>(natural) / static_cast<double>(scale));
+    parallel_ranges(n, [&, source](std::size_t, std::size_t begin, std::size_t end) {
+        store_range<Out, C>(out, source, factor, begin, end);
+    });
+}
+
+/// A raw result held in a buffer, as an element source.
+template <class C>
+struct buffer_source {
+    const C* raw;
+    [[nodiscard]] C operator()(std::size_t i) const noexcept { return raw[i]; }
+};
+
+/// The largest finite |raw[i]| (strategy/non_finite.hpp: NaN never wins, inf is skipped), 0 for none.
+template <class C>
+[[nodiscard]] C finite_amax(const C* raw, std::size_t n)
+{
+    std::vector<C> range_amax(parallel_range_count(n), C(0));
+    parallel_ranges(n, [&](std::size_t range, std::size_t begin, std::size_t end) {
+        C amax = C(0);
+        for (std::size_t i = begin; i < end; ++i) {
+            const C magnitude = std::abs(raw[i]);
+            amax = magnitude > amax && magnitude <= std::numeric_limits<C>::max() ? magnitude : amax;
+        }
+        range_amax[range] = amax;
+    });
+    C amax = C(0);
+    for (const C m : range_amax) amax = m > amax ? m : amax;
+    return amax;
+}
+
+/// The end of finish_by_rule once the raw result is in `raw` and its finite amax known: the
+/// rule's scale, the store, the checks. It depends on no op, so it is compiled once per (Policy,
+/// Out, C), not once per op's element lambda.
+template <ScalePolicy Policy, ScaledElement Out, class C>
+[[nodiscard]] ScaledArray<Out, Policy> finish_measured(const char* op, xt::xarray<Out>&& data, scale_request request,
+                                                       scale_rule rule, const C* raw, C amax)
+{
+    request.raw_amax = static_cast<float>(amax);
+    const float scale = checked_output_scale<Policy>(rule(request), op, request);
+    store_scaled<Out, C>(data.data(), data.size(), scale, request.natural, buffer_source<C>{raw});
+    ScaledArray<Out, Policy> result(std::move(data), request.natural == 0.0f ? 0.0f : scale);
+    check_output(op, result);
+    return result;
+}
+
 /// `rule`'s scale (NeedsAmax: the rule reads request.raw_amax); raw_at(i) gives element i of the
 /// raw result in compute type C (value = raw * request.natural), or raw_at is a periodic_source.
 /// Evaluates raw_at once per element. `reuse`, when not null and of `shape`, is the memory of an
 /// expiring operand that raw_at reads element i of only for element i: the result is stored over it.
+/// With NeedsAmax the raw result goes to a buffer first (a buffer_source is one already), measured
+/// as it is written; only that loop is the op's own code, the rest is finish_measured's. Ops whose
+/// raw result is a buffer pass it as a buffer_source: one store loop for all of them.
 template <bool NeedsAmax, ScalePolicy Policy, ScaledElement Out, class C, class Shape, class RawAt>
 [[nodiscard]] ScaledArray<Out, Policy> finish_by_rule(const char* op, const Shape& shape, scale_request request,
                                                       scale_rule rule, RawAt&& raw_at, xt::xarray<Out>* reuse = nullptr)
@@ -202,22 +261,10 @@ template <bool NeedsAmax, ScalePolicy Policy, ScaledElement Out, class C, class 
     const std::size_t n = element_count(shape);
     const bool reusable = reuse != nullptr && std::equal(reuse->shape().begin(), reuse->shape().end(), shape.begin(), shape.end());
     xt::xarray<Out> data = reusable ? std::move(*reuse) : xt::xarray<Out>::from_shape(shape);
-    Out* out = data.data();
 
-    // `source` is taken by value: a local copy of the element lambda (pointers and factors) that
-    // stores to `out` cannot alias, so the loop keeps them in registers and vectorises.
-    const auto write = [&](float scale, auto source) {
-        if (scale == 0.0f || request.natural == 0.0f) {
-            for (std::size_t i = 0; i < n; ++i) out[i] = store<Out>(C(0));
-            return;
-        }
-        const auto factor = make_factor<C>(static_cast<double>(request.natural) / static_cast<double>(scale));
-        parallel_ranges(n, [&, source](std::size_t, std::size_t begin, std::size_t end) {
-            store_range<Out, C>(out, source, factor, begin, end);
-        });
-    };
-
-    if constexpr (NeedsAmax) {
+    if constexpr (NeedsAmax && std::same_as<std::remove_cvref_t<RawAt>, buffer_source<C>>) {
+        return finish_measured<Policy, Out, C>(op, std::move(data), request, rule, raw_at.raw, finite_amax(raw_at.raw, n));
+    } else if constexpr (NeedsAmax) {
         std::vector<C> raw(n);
         std::vector<C> range_amax(parallel_range_count(n), C(0));
         parallel_ranges(n, [&](std::size_t range, std::size_t begin, std::size_t end) {
@@ -232,15 +279,10 @@ template <bool NeedsAmax, ScalePolicy Policy, ScaledElement Out, class C, class 
         });
         C amax = C(0);
         for (const C m : range_amax) amax = m > amax ? m : amax;
-        request.raw_amax = static_cast<float>(amax);
-        const float scale = checked_output_scale<Policy>(rule(request), op, request);
-        write(scale, [&](std::size_t i) { return raw[i]; });
-        ScaledArray<Out, Policy> result(std::move(data), request.natural == 0.0f ? 0.0f : scale);
-        check_output(op, result);
-        return result;
+        return finish_measured<Policy, Out, C>(op, std::move(data), request, rule, raw.data(), amax);
     } else {
         const float scale = checked_output_scale<Policy>(rule(request), op, request);
-        write(scale, raw_at);
+        store_scaled<Out, C>(data.data(), n, scale, request.natural, raw_at);
         ScaledArray<Out, Policy> result(std::move(data), request.natural == 0.0f ? 0.0f : scale);
         check_output(op, result);
         return result;

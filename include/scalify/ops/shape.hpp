@@ -348,7 +348,7 @@ template <class Strategy = default_scaling, class T, class P>
             for (std::size_t j = 0; j < block; ++j) raw[at + j] = detail::scaled_load(in[j], k);
         });
         return detail::finish<ops::concatenate, Strategy, P, T, C>("concatenate", shape, request,
-                                                                  [&raw](std::size_t i) { return raw[i]; });
+                                                                  detail::buffer_source<C>{raw.data()});
     }
 }
 
