@@ -104,8 +104,8 @@ template <class G>
 void print_gradient_diagnostics(const mlp<array>& params, const array& x, const std::vector<std::uint8_t>& y,
                                 const options& opt, const mode& m)
 {
-    const examples::mode_scaling::scope natural(examples::mode_scaling::index_of<natural_scaling>);
-    const auto logits = fashion::predict<examples::mode_scaling>(params, x);
+    const fashion::mode_scaling::scope natural(fashion::mode_scaling::index_of<natural_scaling>);
+    const auto logits = fashion::predict<fashion::mode_scaling>(params, x);
     const auto ce = softmax_cross_entropy(as_scaled_array<pow2_scale>(logits), y);
     const auto cotangent = dynamic_rescale_l2(mul(ce.grad, opt.loss_weight));
     const auto cast_data = ad::detail::rescale_for_cast<G>(cotangent, m.scaling).data();
@@ -144,13 +144,13 @@ int train(const options& opt, const mode& m)
 {
     const dataset train_set = load(opt.data, "train", opt.train_limit);
     mlp<array> params = initial_parameters(opt.seed, m.unit_scaled);
-    const auto rules = examples::scaling_of(m);
+    const auto rules = fashion::scaling_of(m);
     const ad::matmul_precision_scope recipe(m.forward, m.gradient, m.scaling);
     const tensor_core::accumulation_scope<> accumulation(opt.accumulate);
     constexpr std::size_t batch = 128;
     const ad::sgd optimizer(0.1 / opt.loss_weight);
     auto autoscaling = autoscale_context(opt.autoscale_conservative);
-    constexpr bool autoscaled = std::same_as<Strategy, autoscale_strategy>;
+    const bool autoscaled = fashion::is_autoscaled(m);
     auto* const context = autoscaled ? &autoscaling : nullptr;
     // Data parallel (under mpirun): every rank shuffles alike and takes its rows of each batch.
     dist::reducer& world = dist::current_reducer();
@@ -308,8 +308,7 @@ int main(int argc, char** argv)
         const mode& m = find_mode(opt.mode);
         (void)parse_wire(opt.wire);
         if (dist::current_reducer().rank() == 0) fmt::print("mode {}: {}\n", m.name, m.about);
-        if (m.name == "fp8-autoscale") return train<autoscale_strategy>(opt, m);
-        return train<examples::mode_scaling>(opt, m);
+        return train<fashion::mode_scaling>(opt, m);
     } catch (const std::exception& e) {
         fmt::print(stderr, "fashion_mnist: {}\n", e.what());
 #ifdef SCALIFY_HAS_MPI

@@ -158,6 +158,20 @@ inline const mode& find_mode(std::string_view name) { return examples::find_mode
 /// E5M2 cotangents and input gradients, float32 products and weight gradients) of a scaling context.
 using autoscale_strategy = autoscale::autoscaled<unit_scaling>;
 
+/// Every mode's rules, fp8-autoscale's among them, chosen when the program runs: the model, its
+/// backward rules and the optimiser compile once for all modes (AutoScale's matmuls become layers
+/// while its strategy is the choice).
+using mode_scaling = runtime_scaling<unit_scaling, natural_scaling, autoscale_strategy>;
+
+[[nodiscard]] inline bool is_autoscaled(const mode& m) { return m.name == autoscale_mode[0].name; }
+
+/// Runs mode m's rules on this thread while the result lives.
+[[nodiscard]] inline mode_scaling::scope scaling_of(const mode& m)
+{
+    if (is_autoscaled(m)) return mode_scaling::scope(mode_scaling::index_of<autoscale_strategy>);
+    return mode_scaling::scope(m.unit_scaled ? mode_scaling::index_of<unit_scaling> : mode_scaling::index_of<natural_scaling>);
+}
+
 /// fp8-autoscale's context: the design's on/off example, on_off(1/3, 1/20), after 10 analysis
 /// steps; or the conservative default (every op re-measured at every use), for comparison.
 inline autoscale::scaling_context<pow2_scale> autoscale_context(bool conservative = false)

@@ -237,3 +237,44 @@ TEST_CASE("a model written once runs its matmuls under a context through the aut
     using constant = ad::var<float, pow2_scale, S>;
     CHECK_THROWS_WITH(matmul(constant(x), constant(params.w1)), Contains("outside an autoscale::graph_scope"));
 }
+
+TEST_CASE("runtime_scaling lists the autoscaled strategy: its matmuls run as layers only while it is the choice",
+          "[autoscale][autodiff]")
+{
+    using S = autoscale::autoscaled<unit_scaling>;
+    using rules = runtime_scaling<natural_scaling, S>;
+    const farray x = gaussian({32, 16}, 1.0f, 9);
+    const farray target = gaussian({32, 4}, 1.0f, 10);
+    const two_layers<farray> params{gaussian({16, 8}, 0.25f, 11), gaussian({8, 4}, 0.35f, 12)};
+    const auto loss = [&](const auto& p) { return reduce_sum(forward(p, x) * target); };
+    const auto same_bits = [](const auto& a, const auto& b) {
+        return a.scale() == b.scale() && xt::xarray<float>(a.value()) == xt::xarray<float>(b.value());
+    };
+
+    // Chosen: the steps of the strategy named directly, bit for bit, each with a context of its own.
+    autoscale::scaling_context<pow2_scale> direct({.analysis_iters = 2}, autoscale::on_off(1.0 / 3, 1.0 / 4));
+    autoscale::scaling_context<pow2_scale> listed({.analysis_iters = 2}, autoscale::on_off(1.0 / 3, 1.0 / 4));
+    for (int step = 1; step <= 6; ++step) {
+        INFO("step " << step);
+        const auto expected = [&] {
+            const autoscale::graph_scope scope(direct);
+            return ad::value_and_grad<S>(loss, params);
+        }();
+        const rules::scope chosen(rules::index_of<S>);
+        const autoscale::graph_scope scope(listed);
+        const auto got = ad::value_and_grad<rules>(loss, params);
+        CHECK(same_bits(got.value, expected.value));
+        CHECK(same_bits(got.grads.w1, expected.grads.w1));
+        CHECK(same_bits(got.grads.w2, expected.grads.w2));
+    }
+    CHECK(listed.record("matmul2.grad_w").uses == 6);
+    CHECK(listed.report().remeasurements() == direct.report().remeasurements());
+
+    // Not chosen: the list's matmuls, no layer and no scope needed.
+    const auto expected = ad::value_and_grad<natural_scaling>(loss, params);
+    const auto got = ad::value_and_grad<rules>(loss, params);
+    CHECK(same_bits(got.value, expected.value));
+    CHECK(same_bits(got.grads.w1, expected.grads.w1));
+    CHECK(same_bits(got.grads.w2, expected.grads.w2));
+    CHECK(listed.record("matmul2.grad_w").uses == 6);
+}

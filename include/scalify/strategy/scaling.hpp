@@ -303,6 +303,12 @@ concept ScalingStrategy = requires(const scale_request& request) {
     { scaling_traits<ops::add, S>::template output_scale<pow2_scale>(request) } -> std::same_as<float>;
 };
 
+/// Whether runtime_scaling may list S: a strategy whose `changes_ops` says it changes ops beyond
+/// their scales may be listed only if its `runtime_dispatch` says that those ops check the list's
+/// choice at run time (else the list would silently run them as the other strategies' ops).
+template <class S>
+inline constexpr bool runtime_listable = !requires { S::changes_ops; } || requires { S::runtime_dispatch; };
+
 namespace detail {
 /// The index of the strategy runtime_scaling list `Choice` runs on this thread.
 template <class Choice>
@@ -320,8 +326,9 @@ template <class Choice>
 /// still applies); no op body depends on the strategy. The choice is the innermost
 /// runtime_scaling::scope on this thread (as matmul_precision_scope and accumulation_scope<>), the
 /// first strategy outside any. With a strategy that needs the raw amax every op computes it,
-/// whichever is chosen. A strategy that changes more than scales (autoscale::autoscaled, whose
-/// matmuls run as layers) cannot be listed.
+/// whichever is chosen. A strategy that changes more than its ops' scales is listed only where
+/// the ops it changes look the choice up at run time (runtime_listable): autoscale::autoscaled,
+/// whose vars' matmuls run as layers while it is the choice and as the list's matmuls otherwise.
 ///
 ///     using rules = runtime_scaling<unit_scaling, natural_scaling>;
 ///     const rules::scope chosen(unit_scaled ? rules::index_of<unit_scaling> : rules::index_of<natural_scaling>);
@@ -329,9 +336,9 @@ template <class Choice>
 template <ScalingStrategy... Strategies>
     requires(sizeof...(Strategies) > 0)
 struct runtime_scaling {
-    static_assert((!requires { Strategies::changes_ops; } && ...),
-                  "runtime_scaling: a listed strategy changes ops beyond their scales (autoscale::autoscaled); "
-                  "name it directly");
+    static_assert((runtime_listable<Strategies> && ...),
+                  "runtime_scaling: a listed strategy changes ops beyond their scales and those ops do not look "
+                  "the list's choice up at run time; name it directly");
     static constexpr bool needs_amax = (bool(Strategies::needs_amax) || ...);
     static constexpr std::size_t size = sizeof...(Strategies);
     /// The position of S in the list.

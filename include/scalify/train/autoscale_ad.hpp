@@ -247,8 +247,10 @@ struct autoscaled {
     using base = Base;
     using layer = Layer;
     static constexpr bool needs_amax = Base::needs_amax;
-    /// Its matmuls are layers, not Base's ops: runtime_scaling cannot stand in for it.
+    /// Its matmuls are layers, not Base's ops; they check a runtime_scaling list's choice (below),
+    /// so a list may hold it.
     static constexpr bool changes_ops = true;
+    static constexpr bool runtime_dispatch = true;
     template <ScalePolicy Policy, class Op>
     [[nodiscard]] static float output_scale(Op, const scale_request& request)
     {
@@ -308,7 +310,73 @@ template <class Layer, class X, class V>
     return layer(x, w);
 }
 
+/// Whether S is an autoscaled strategy.
+template <class S>
+inline constexpr bool is_autoscaled = false;
+template <class Base, class Layer>
+inline constexpr bool is_autoscaled<autoscaled<Base, Layer>> = true;
+
+/// The first of Strategies that is autoscaled, else void.
+template <class... Strategies>
+struct first_autoscaled {
+    using type = void;
+};
+template <class S, class... Rest>
+struct first_autoscaled<S, Rest...> {
+    using type = std::conditional_t<is_autoscaled<S>, S, typename first_autoscaled<Rest...>::type>;
+};
+
+/// The autoscaled strategy a runtime_scaling list holds (void: none; two: a static_assert).
+template <class List>
+struct listed_autoscaled {
+    using type = void;
+};
+template <class... Strategies>
+struct listed_autoscaled<runtime_scaling<Strategies...>> {
+    static_assert((std::size_t{is_autoscaled<Strategies>} + ... + 0) <= 1,
+                  "runtime_scaling: at most one autoscaled strategy per list (its matmuls would not know whose layer "
+                  "to run)");
+    using type = typename first_autoscaled<Strategies...>::type;
+};
+
+/// A matmul of vars under runtime_scaling list S holding autoscaled strategy A: A's Layer of the
+/// active graph_scope while the thread's choice is A, the list's matmul (ad::matmul) otherwise.
+template <class S, class A, class X, class W>
+[[nodiscard]] auto runtime_matmul(const X& x, const W& w)
+{
+    using plain = decltype(ad::matmul(x, w));
+    static_assert(std::same_as<decltype(scoped_matmul<typename A::layer>(x, w)), plain>,
+                  "runtime_scaling with an autoscaled strategy: its layer's result type (graph_linear's Y) must be "
+                  "the type the list's matmul gives these operands");
+    if (S::current() == S::template index_of<A>) return scoped_matmul<typename A::layer>(x, w);
+    return ad::matmul(x, w);
+}
+
 }  // namespace detail
+
+/// matmul of vars under a runtime_scaling list that holds an autoscaled strategy (ADL): a layer
+/// while that strategy is the thread's choice, the list's matmul otherwise (detail::runtime_matmul).
+template <class T, class U, class P, class... Ss>
+    requires(!std::is_void_v<typename detail::listed_autoscaled<runtime_scaling<Ss...>>::type>)
+[[nodiscard]] auto matmul(const ad::var<T, P, runtime_scaling<Ss...>>& x, const ad::var<U, P, runtime_scaling<Ss...>>& w)
+{
+    using S = runtime_scaling<Ss...>;
+    return detail::runtime_matmul<S, typename detail::listed_autoscaled<S>::type>(x, w);
+}
+template <class T, class U, class P, class... Ss>
+    requires(!std::is_void_v<typename detail::listed_autoscaled<runtime_scaling<Ss...>>::type>)
+[[nodiscard]] auto matmul(const ScaledArray<T, P>& x, const ad::var<U, P, runtime_scaling<Ss...>>& w)
+{
+    using S = runtime_scaling<Ss...>;
+    return detail::runtime_matmul<S, typename detail::listed_autoscaled<S>::type>(x, w);
+}
+template <class T, class U, class P, class... Ss>
+    requires(!std::is_void_v<typename detail::listed_autoscaled<runtime_scaling<Ss...>>::type>)
+[[nodiscard]] auto matmul(const ad::var<T, P, runtime_scaling<Ss...>>& x, const ScaledArray<U, P>& w)
+{
+    using S = runtime_scaling<Ss...>;
+    return detail::runtime_matmul<S, typename detail::listed_autoscaled<S>::type>(x, w);
+}
 
 /// matmul of vars under an autoscaled strategy (ADL): a Layer of the active graph_scope.
 template <class T, class U, class P, class Base, class Layer>
