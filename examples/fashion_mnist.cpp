@@ -100,7 +100,6 @@ double correct_predictions(const xt::xarray<float>& logits, const std::vector<st
 }
 
 /// How the logits' cotangent of the first step fares in the gradient format, as the mode casts it.
-template <class G>
 void print_gradient_diagnostics(const mlp<array>& params, const array& x, const std::vector<std::uint8_t>& y,
                                 const options& opt, const mode& m)
 {
@@ -108,8 +107,9 @@ void print_gradient_diagnostics(const mlp<array>& params, const array& x, const 
     const auto logits = fashion::predict<fashion::mode_scaling>(params, x);
     const auto ce = softmax_cross_entropy(as_scaled_array<pow2_scale>(logits), y);
     const auto cotangent = dynamic_rescale_l2(mul(ce.grad, opt.loss_weight));
-    const auto cast_data = ad::detail::rescale_for_cast<G>(cotangent, m.scaling).data();
-    const auto stats = tensor_stats<G>(as_scaled_array<pow2_scale>(xt::xarray<float>(cast_data)), "logits gradient");
+    const float pow2 = ad::detail::rescale_power_for_cast(cotangent, m.scaling, format_range_of(m.gradient).max);
+    const auto cast_data = (pow2 == 1.0f ? cotangent : rebalance_scale(cotangent, pow2)).data();
+    const auto stats = tensor_stats(as_scaled_array<pow2_scale>(xt::xarray<float>(cast_data)), m.gradient, "logits gradient");
     fmt::print("first-step logits gradient as cast ({} scaling): {}\n",
                m.scaling == ad::cast_scaling::unscaled ? "no" : m.scaling == ad::cast_scaling::current ? "current" : "propagated",
                stats);
@@ -190,7 +190,7 @@ int train(const options& opt, const mode& m)
             for (std::size_t i = 0; i < local_batch; ++i) y[i] = train_set.labels[order[mine + i]];
             if (epoch == 1 && steps == 0 && m.gradient != dtype::float32 && speaker) {
                 const dist::reduction_scope alone(dist::single_process_reducer());  // rank 0's rows, told by rank 0
-                visit_dtype(m.gradient, [&]<class G>() { print_gradient_diagnostics<G>(params, x, y, opt, m); });
+                print_gradient_diagnostics(params, x, y, opt, m);
             }
             if (autoscaled && epoch == opt.epochs && first + 2 * batch > order.size()) autoscaling.final_check();
             loss_sum += train_step<Strategy>(params, x, y, opt.loss_weight, optimizer, context, &parallel) / opt.loss_weight;

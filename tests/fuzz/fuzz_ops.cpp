@@ -296,7 +296,16 @@ void exercise(reader& in)
             check_result(where(xt::xarray<bool>(xt::zeros<bool>(a.shape())), a, b));
             (void)cond;
         });
-        (void)tensor_stats<float8_e4m3fn>(a);
+        {
+            // The run-time target gives the typed target's statistics.
+            const auto typed = tensor_stats<float8_e4m3fn>(a);
+            const auto chosen = tensor_stats(a, dtype::float8_e4m3fn);
+            if (chosen.count != typed.count || chosen.zeros != typed.zeros || chosen.non_finite != typed.non_finite ||
+                !(chosen.amax == typed.amax) || chosen.saturate_fraction != typed.saturate_fraction ||
+                chosen.underflow_fraction != typed.underflow_fraction || chosen.exponent_histogram != typed.exponent_histogram) {
+                fuzz::fail("tensor_stats(a, dtype) differs from tensor_stats<T>(a)");
+            }
+        }
         {
             const check_finite_scope checked;
             guarded([&] { check_finite_result(add(a, b)); });

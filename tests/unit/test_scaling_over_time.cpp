@@ -192,6 +192,13 @@ TEST_CASE("tensor_stats judge values against a target format", "[diagnostics]")
     const std::string text = fmt::format("{}", s);
     CHECK_THAT(text, Contains("a: 6 elements as float8_e4m3fn: amax 500"));
     CHECK_THAT(fmt::format("{}", tensor_stats<float4_e2m1fn>(a)), StartsWith("6 elements as float4_e2m1fn: "));
+    // A target chosen at run time: the same result as naming its type.
+    for (const dtype target : {dtype::float32, dtype::float16, dtype::bfloat16, dtype::float8_e4m3fn, dtype::float8_e5m2}) {
+        INFO(to_string(target));
+        visit_dtype(target, [&]<class T>() { CHECK(fmt::format("{}", tensor_stats(a, target, "a")) == fmt::format("{}", tensor_stats<T>(a, "a"))); });
+    }
+    CHECK(format_range_of(dtype::float8_e4m3fn).max == 448.0);
+    CHECK(format_range_of(dtype::float8_e5m2).zero_threshold == 0x1p-17);
     // element_name spells every format as ml_dtypes does.
     CHECK(element_name<float8_e5m2> == "float8_e5m2");
     CHECK(element_name<float8_e4m3fnuz> == "float8_e4m3fnuz");

@@ -58,11 +58,12 @@ inline matmul_precision& matmul_precision_state() noexcept
     return state;
 }
 
-/// The power of two a cast to F under `scaling` moves from the data into the scale (see
-/// cast_scaling); 1 when nothing moves: propagated scaling, an all-zero, zero-scale or non-finite
-/// array, or a factor the scale cannot take.
-template <ScaledElement F, class T, ScalePolicy P>
-[[nodiscard]] float rescale_power_for_cast(const ScaledArray<T, P>& a, cast_scaling scaling)
+/// The power of two a cast to a format whose largest finite value is format_max moves, under
+/// `scaling`, from the data into the scale (see cast_scaling); 1 when nothing moves: propagated
+/// scaling, an all-zero, zero-scale or non-finite array, or a factor the scale cannot take. One
+/// compiled copy per array type, whatever the format.
+template <class T, ScalePolicy P>
+[[nodiscard]] float rescale_power_for_cast(const ScaledArray<T, P>& a, cast_scaling scaling, double format_max)
 {
     if (scaling == cast_scaling::propagated) return 1.0f;
     double factor = 0.0;
@@ -79,13 +80,20 @@ template <ScaledElement F, class T, ScalePolicy P>
         }
         amax = dist::detail::global_data_amax(amax, double(a.scale()));
         if (a.scale() == 0.0f || !(amax > 0.0) || !std::isfinite(amax)) return 1.0f;
-        factor = amax / double(std::numeric_limits<F>::max());
+        factor = amax / format_max;
     }
     const float pow2 = pow2_round_up(static_cast<float>(factor));
     if (!(pow2 > 0.0f) || !std::isfinite(pow2) || !(double(a.scale()) * pow2 <= double(std::numeric_limits<float>::max()))) {
         return 1.0f;
     }
     return pow2;
+}
+
+/// rescale_power_for_cast for a cast to F.
+template <ScaledElement F, class T, ScalePolicy P>
+[[nodiscard]] float rescale_power_for_cast(const ScaledArray<T, P>& a, cast_scaling scaling)
+{
+    return rescale_power_for_cast(a, scaling, double(std::numeric_limits<F>::max()));
 }
 
 /// The same value as `a`, rebalanced for a cast to F under `scaling` (see cast_scaling). The

@@ -6,7 +6,7 @@
 ///   zero, share landing in Target's subnormals, a histogram of binary exponents), printable with fmt;
 /// - scale_tracker: per-op scales and data amax over steps, written as CSV.
 ///
-///     fmt::print("{}\n", tensor_stats<float8_e4m3fn>(grad, "fc1.grad"));
+///     fmt::print("{}\n", tensor_stats<float8_e4m3fn>(grad, "fc1.grad"));   // or (grad, dtype, "fc1.grad")
 ///     // fc1.grad: 4096 elements as float8_e4m3fn: amax 3.1, ..., flush to zero 0.12%, ...
 ///     tracker.record(step, "fc1.matmul", y);  ...  tracker.write_csv(file);
 
@@ -41,18 +41,39 @@ struct tensor_stats_result {
     std::map<int, std::size_t> exponent_histogram;  ///< floor(log2 |value|) -> count, non-zero finite elements
 };
 
-/// The statistics of a.value() (computed in double) judged against Target's range; `name` names
-/// the tensor in the printed line.
-template <ScaledElement Target, class T, class P>
-[[nodiscard]] tensor_stats_result tensor_stats(const ScaledArray<T, P>& a, std::string name = {})
+/// What tensor_stats judges values against: a format's name and range.
+struct format_range {
+    std::string_view name;    ///< element_name of the format
+    double max = 0;           ///< the largest finite value
+    double min_normal = 0;    ///< the smallest normal
+    double zero_threshold = 0;  ///< the largest magnitude that rounds to zero: half the smallest subnormal (ties to even)
+};
+
+template <ScaledElement Target>
+[[nodiscard]] format_range format_range_of() noexcept
 {
-    const double max = static_cast<double>(static_cast<float>(std::numeric_limits<Target>::max()));
-    const double min_normal = static_cast<double>(static_cast<float>(std::numeric_limits<Target>::min()));
-    // Largest magnitude that rounds to zero: half the smallest subnormal (ties to even: to zero).
-    const double zero_threshold = static_cast<double>(static_cast<float>(std::numeric_limits<Target>::denorm_min())) / 2;
+    return {element_name<Target>, static_cast<double>(static_cast<float>(std::numeric_limits<Target>::max())),
+            static_cast<double>(static_cast<float>(std::numeric_limits<Target>::min())),
+            static_cast<double>(static_cast<float>(std::numeric_limits<Target>::denorm_min())) / 2};
+}
+
+/// The range of the format a dtype names.
+[[nodiscard]] inline format_range format_range_of(dtype type)
+{
+    return visit_dtype(type, []<class F>() { return format_range_of<F>(); });
+}
+
+namespace detail {
+/// tensor_stats against `target`: one compiled loop per array type, whatever the target format.
+template <class T, class P>
+[[nodiscard]] tensor_stats_result tensor_stats_in(const ScaledArray<T, P>& a, const format_range& target, std::string name)
+{
+    const double max = target.max;
+    const double min_normal = target.min_normal;
+    const double zero_threshold = target.zero_threshold;
     tensor_stats_result r;
     r.name = std::move(name);
-    r.target = std::string(element_name<Target>);
+    r.target = std::string(target.name);
     r.count = a.size();
     std::size_t saturating = 0, underflowing = 0, subnormal = 0, nonzero = 0;
     double smallest = std::numeric_limits<double>::infinity();
@@ -82,6 +103,23 @@ template <ScaledElement Target, class T, class P>
         r.subnormal_fraction = static_cast<double>(subnormal) / static_cast<double>(nonzero);
     }
     return r;
+}
+}  // namespace detail
+
+/// The statistics of a.value() (computed in double) judged against Target's range; `name` names
+/// the tensor in the printed line.
+template <ScaledElement Target, class T, class P>
+[[nodiscard]] tensor_stats_result tensor_stats(const ScaledArray<T, P>& a, std::string name = {})
+{
+    return detail::tensor_stats_in(a, format_range_of<Target>(), std::move(name));
+}
+
+/// The same against a format chosen at run time (float32, f16, bf16, e4m3fn, e5m2): the result of
+/// tensor_stats<T>(a, name) for the type T that `target` names.
+template <class T, class P>
+[[nodiscard]] tensor_stats_result tensor_stats(const ScaledArray<T, P>& a, dtype target, std::string name = {})
+{
+    return detail::tensor_stats_in(a, format_range_of(target), std::move(name));
 }
 
 /// Records (step, op, scale, data amax) rows; write_csv emits them with a header.
