@@ -214,7 +214,9 @@ struct buffer_source {
     [[nodiscard]] C operator()(std::size_t i) const noexcept { return raw[i]; }
 };
 
-/// The largest finite |raw[i]| (strategy/non_finite.hpp: NaN never wins, inf is skipped), 0 for none.
+/// The largest finite |raw[i]|, 0 for none: finite_amax_in's rule (strategy/non_finite.hpp: NaN
+/// never wins, inf is skipped) over the thread ranges, and without its checked-mode report, which
+/// finish_measured's check_output makes on the stored result as every op's finish does.
 template <class C>
 [[nodiscard]] C finite_amax(const C* raw, std::size_t n)
 {
