@@ -646,8 +646,7 @@ struct uncut_terms {
 /// against one block of B, out row r at out + r * out_stride. Each step of a chain waits for the
 /// one before (its emax needs the accumulator), and with short instructions (K = 4) that latency,
 /// not the work, bounds a single chain: Rows chains side by side (lane_plan::rows) keep the vector
-/// units busy. Rows past `rows` repeat the last one and are not stored. k is a multiple of K
-/// (gemm_lanes pads the panels with zero operands): every step is a whole instruction.
+/// units busy. Rows past `rows` repeat the last one and are not stored.
 /// With double_terms and `uncut` given, a step where no term can lose a bit to the cut (every
 /// product's last place and the accumulator's at or above 2^(emax - F), by the data's bounds and
 /// each lane's accumulator) sums its products and the accumulator exactly in double lanes,
@@ -834,9 +833,31 @@ void lane_steps(const float* a_val, const std::int16_t* a_exp, std::size_t rows,
         }
     };
 
+    // A short last instruction: its products padded with zeros, which take no part (exponent
+    // lane_zero_exponent, term 0).
+    const auto padded_step = [&](std::size_t s, std::size_t count) {
+        alignas(64) float b_tail[K * W] = {};
+        alignas(64) std::int16_t eb_tail[K * W];
+        std::fill_n(eb_tail, K * W, lane_zero_exponent);
+        std::copy_n(b_val + s * W, count * W, b_tail);
+        std::copy_n(b_exp + s * W, count * W, eb_tail);
+        float a_tail[R][K] = {};
+        std::int16_t ea_tail[R][K];
+        std::array<const float*, R> a;
+        std::array<const std::int16_t*, R> ea;
+        for (std::size_t r = 0; r < R; ++r) {
+            std::fill_n(ea_tail[r], K, lane_zero_exponent);
+            std::copy_n(av[r] + s, count, a_tail[r]);
+            std::copy_n(ae[r] + s, count, ea_tail[r]);
+            a[r] = a_tail[r];
+            ea[r] = ea_tail[r];
+        }
+        cut_step.template operator()<true>(a, ea, b_tail, eb_tail);
+    };
+
     std::size_t in_group = 0;
-    const auto instruction = [&](const std::size_t s) {
-        const std::size_t end = s + K;
+    const auto instruction = [&](const std::size_t s, const std::size_t count) {
+        const std::size_t end = s + count;
         bool uncut_step = false;
         if constexpr (Plan::double_terms) {
             if (uncut.b_wide != nullptr) {
@@ -900,17 +921,17 @@ void lane_steps(const float* a_val, const std::int16_t* a_exp, std::size_t rows,
             }
         }
         if (!uncut_step) {
-            std::array<const float*, R> a;
-            std::array<const std::int16_t*, R> ea;
-            for (std::size_t r = 0; r < R; ++r) {
-                a[r] = av[r] + s;
-                ea[r] = ae[r] + s;
-            }
-            if constexpr (Plan::floorless_steps) {
-                if (no_zero) cut_step.template operator()<false>(a, ea, b_val + s * W, b_exp + s * W);
+            if (count == K) {
+                std::array<const float*, R> a;
+                std::array<const std::int16_t*, R> ea;
+                for (std::size_t r = 0; r < R; ++r) {
+                    a[r] = av[r] + s;
+                    ea[r] = ae[r] + s;
+                }
+                if (Plan::floorless_steps && no_zero) cut_step.template operator()<false>(a, ea, b_val + s * W, b_exp + s * W);
                 else cut_step.template operator()<true>(a, ea, b_val + s * W, b_exp + s * W);
             } else {
-                cut_step.template operator()<true>(a, ea, b_val + s * W, b_exp + s * W);
+                padded_step(s, count);
             }
         }
         if (interval != 0) {
@@ -924,7 +945,7 @@ void lane_steps(const float* a_val, const std::int16_t* a_exp, std::size_t rows,
             }
         }
     };
-    for (std::size_t s = 0; s < k; s += K) instruction(s);
+    for (std::size_t s = 0; s < k; s += K) instruction(s, std::min(K, k - s));
     for (std::size_t r = 0; r < std::min(R, rows); ++r) {
         if (interval != 0) {
             if (in_group != 0)
@@ -946,7 +967,6 @@ using lane_steps_fn = void (*)(const float* a_val, const std::int16_t* a_exp, st
 /// the reference chain are each model's own code.
 struct lane_model {
     int alignment_bits;              ///< F, for lanes_in_range
-    std::size_t instruction_k;       ///< K: the panels' rows are padded to a multiple of it
     int uncut_mantissa;              ///< double_terms models: the operands' most mantissa bits (-1: no uncut path)
     std::size_t promotion_interval;  ///< the chain restarts every this many instructions (0: never)
     lane_steps_fn steps;             ///< lane_steps<instruction, lane_rows>
@@ -958,7 +978,7 @@ inline constexpr lane_model lane_model_of = [] {
     using instruction = typename Model::instruction;
     using plan = lane_plan<instruction>;
     constexpr int mantissa = operand_mantissa_bits<typename instruction::operands>;
-    return lane_model{plan::F, instruction::k, plan::double_terms && mantissa >= 0 ? mantissa : -1, Model::promotion_interval,
+    return lane_model{plan::F, plan::double_terms && mantissa >= 0 ? mantissa : -1, Model::promotion_interval,
                       &lane_steps<instruction, lane_rows>, &chain_reference<Model>};
 }();
 
@@ -974,19 +994,15 @@ template <class = void>
     const std::size_t blocks = (n + W - 1) / W;
 
     // Decoded panels in per-thread buffers that only grow: fresh pages cost more than the decode.
-    // Their K is padded to a multiple of the instruction's with zero operands, which take no part
-    // (exponent lane_zero_exponent, term 0), so that every step the lanes run is a whole
-    // instruction: a separate short last step, a second copy of the step's code, had doubled it.
-    const std::size_t kp = (k + model.instruction_k - 1) / model.instruction_k * model.instruction_k;
     thread_local std::vector<float> a_val, b_val;
     thread_local std::vector<std::int16_t> a_exp, b_exp;
     thread_local std::vector<unsigned char> special_row, special_column;
     thread_local std::vector<lane_run> a_runs, b_runs;
-    a_val.resize(m * kp);
-    a_exp.resize(m * kp);
+    a_val.resize(m * k);
+    a_exp.resize(m * k);
     special_row.assign(m, 0);
-    b_val.resize(blocks * kp * W);
-    b_exp.resize(blocks * kp * W);
+    b_val.resize(blocks * k * W);
+    b_exp.resize(blocks * k * W);
     special_column.assign(n, 0);
     a_runs.assign(m, lane_run{});
     b_runs.assign(blocks, lane_run{});
@@ -1004,11 +1020,7 @@ template <class = void>
         float* const values = a_val.data();
         std::int16_t* const exponents = a_exp.data();
         lane_run* const runs = a_runs.data();
-        each(m, [=](std::size_t i) {
-            runs[i] = a.lanes(a.data, i * k, k, values + i * kp, exponents + i * kp, nullptr);
-            std::fill(values + i * kp + k, values + (i + 1) * kp, 0.0f);
-            std::fill(exponents + i * kp + k, exponents + (i + 1) * kp, lane_zero_exponent);
-        });
+        each(m, [=](std::size_t i) { runs[i] = a.lanes(a.data, i * k, k, values + i * k, exponents + i * k, nullptr); });
     }
     // B in blocks of W columns, each block K rows of W; columns past N read as zeros.
     {
@@ -1020,7 +1032,7 @@ template <class = void>
             const std::size_t j0 = block * W, width = std::min(W, n - j0);
             lane_run all;
             for (std::size_t p = 0; p < k; ++p) {
-                const std::size_t at = (block * kp + p) * W;
+                const std::size_t at = (block * k + p) * W;
                 const lane_run run = b.lanes(b.data, p * n + j0, width, values + at, exponents + at, specials + j0);
                 all.special = all.special || run.special;
                 all.min_exponent = std::min(all.min_exponent, run.min_exponent);
@@ -1030,8 +1042,6 @@ template <class = void>
                     exponents[at + j] = lane_zero_exponent;
                 }
             }
-            std::fill(values + (block * kp + k) * W, values + (block + 1) * kp * W, 0.0f);
-            std::fill(exponents + (block * kp + k) * W, exponents + (block + 1) * kp * W, lane_zero_exponent);
             runs[block] = all;
         });
     }
@@ -1066,8 +1076,8 @@ template <class = void>
             }
             return std::pair{low, high};
         };
-        const auto [low_a, high_a] = bounds(a_exp.data(), m * kp);
-        const auto [low_b, high_b] = bounds(b_exp.data(), blocks * kp * W);
+        const auto [low_a, high_a] = bounds(a_exp.data(), m * k);
+        const auto [low_b, high_b] = bounds(b_exp.data(), blocks * k * W);
         // A zero side (low = INT16_MAX) makes every product zero: a floor that always holds.
         const int floor = low_a + low_b - 2 * mantissa;
         if (floor >= -126) {  // every nonzero result a normal float: a multiple of 2^floor
@@ -1093,8 +1103,8 @@ template <class = void>
     thread_local std::vector<unsigned char> row_zero, block_zero;
     row_zero.resize(m);
     block_zero.resize(blocks);
-    for (std::size_t i = 0; i < m; ++i) row_zero[i] = holds_zero(ae + i * kp, kp) ? 1 : 0;
-    for (std::size_t block = 0; block < blocks; ++block) block_zero[block] = holds_zero(be + block * kp * W, kp * W) ? 1 : 0;
+    for (std::size_t i = 0; i < m; ++i) row_zero[i] = holds_zero(ae + i * k, k) ? 1 : 0;
+    for (std::size_t block = 0; block < blocks; ++block) block_zero[block] = holds_zero(be + block * k * W, k * W) ? 1 : 0;
     const unsigned char* rz = row_zero.data();
     const unsigned char* bz = block_zero.data();
     // Tasks of lane_rows rows of A against one block of B.
@@ -1106,10 +1116,10 @@ template <class = void>
         const std::size_t block = task / groups, i = task % groups * R, rows = std::min(R, m - i);
         const std::size_t j0 = block * W;
         uncut_terms panel = uncut;
-        if (panel.b_wide != nullptr) panel.b_wide += block * kp * W;
+        if (panel.b_wide != nullptr) panel.b_wide += block * k * W;
         bool no_zero = bz[block] == 0;
         for (std::size_t r = 0; r < rows; ++r) no_zero = no_zero && rz[i + r] == 0;
-        steps(av + i * kp, ae + i * kp, rows, bv + block * kp * W, be + block * kp * W, kp, out + i * n + j0, n,
+        steps(av + i * k, ae + i * k, rows, bv + block * k * W, be + block * k * W, k, out + i * n + j0, n,
               std::min(W, n - j0), panel, no_zero, interval);
     });
 
