@@ -646,7 +646,8 @@ struct uncut_terms {
 /// against one block of B, out row r at out + r * out_stride. Each step of a chain waits for the
 /// one before (its emax needs the accumulator), and with short instructions (K = 4) that latency,
 /// not the work, bounds a single chain: Rows chains side by side (lane_plan::rows) keep the vector
-/// units busy. Rows past `rows` repeat the last one and are not stored.
+/// units busy. Rows past `rows` repeat the last one and are not stored. k is a multiple of K
+/// (gemm_lanes pads the panels with zero operands): every step is a whole instruction.
 /// With double_terms and `uncut` given, a step where no term can lose a bit to the cut (every
 /// product's last place and the accumulator's at or above 2^(emax - F), by the data's bounds and
 /// each lane's accumulator) sums its products and the accumulator exactly in double lanes,
@@ -694,26 +695,28 @@ void lane_steps(const float* a_val, const std::int16_t* a_exp, std::size_t rows,
     constexpr bool split_cut = false;
     const auto cut_toward_zero = [](const std::int32_t*, const float*, float*) {};
 #endif
-    alignas(64) std::int32_t joined[R][W];
-    alignas(64) float unscales[R][W];
-    alignas(64) std::uint32_t alone_below[R][W], keep[R][W];
-
     // One instruction of K products for every lane and row: one loop over the lanes, the rows and
     // products unrolled in it (the form the compiler vectorises, int16 exponents and int32 and
     // float values in the same lanes), each row's chain independent of the others.
     // MayBeBelow: some product may be zero, so that a lane may fall below the floor (every product
     // zero and the accumulator zero or tiny); without a zero operand in the task's rows and
     // block none can, and the clamp and the blend below (a tenth of a K = 4 step) are left out.
-    const auto cut_step = [&]<bool MayBeBelow>(const std::array<const float*, R>& a,
+    // The accumulators come in as a restrict pointer: captured by reference they would be read
+    // through the closure, and g++ -O2 (whose cheap cost model adds no run-time alias checks)
+    // could not tell them from the operands and left the loop scalar (4.6x slower for SSE2).
+    const auto cut_step = [&]<bool MayBeBelow>(float (*__restrict acc)[W], const std::array<const float*, R>& a,
                                                const std::array<const std::int16_t*, R>& ea, const float* b,
                                                const std::int16_t* eb) {
+        alignas(64) std::int32_t joined[R][W];
+        alignas(64) float unscales[R][W];
+        alignas(64) std::uint32_t alone_below[R][W], keep[R][W];
         for (std::size_t j = 0; j < W; ++j) {
 #pragma GCC unroll 16
             for (std::size_t r = 0; r < R; ++r) {
                 // The accumulator: zero or a normal float (gemm_lanes runs only data in range); a
                 // zero reads as -127, below every nonzero product's exponent (F - 126 or more), so
                 // that it takes no part, as lane_zero_exponent would.
-                const float cr = c[r][j];
+                const float cr = acc[r][j];
                 const auto c_bits = std::bit_cast<std::uint32_t>(cr);
                 auto emax = static_cast<std::int16_t>(static_cast<std::int32_t>((c_bits >> 23) & 0xffu) - 127);
 #pragma GCC unroll 64
@@ -817,47 +820,27 @@ void lane_steps(const float* a_val, const std::int16_t* a_exp, std::size_t rows,
                 if constexpr (MayBeBelow) {
                     const auto alone = c_bits & Plan::accumulator_mask;
                     const auto below = static_cast<std::uint32_t>(-static_cast<std::int32_t>(e_max < F - 126));
-                    c[r][j] = std::bit_cast<float>((alone & below) | (normalised & ~below));
+                    acc[r][j] = std::bit_cast<float>((alone & below) | (normalised & ~below));
                 } else {
-                    c[r][j] = std::bit_cast<float>(normalised);
+                    acc[r][j] = std::bit_cast<float>(normalised);
                 }
             }
         }
         if constexpr (split_cut) {
-            cut_toward_zero(&joined[0][0], &unscales[0][0], &c[0][0]);
+            cut_toward_zero(&joined[0][0], &unscales[0][0], &acc[0][0]);
             if constexpr (MayBeBelow) {
                 for (std::size_t r = 0; r < R; ++r)
                     for (std::size_t j = 0; j < W; ++j)
-                        c[r][j] = std::bit_cast<float>(alone_below[r][j] | (std::bit_cast<std::uint32_t>(c[r][j]) & keep[r][j]));
+                        acc[r][j] = std::bit_cast<float>(alone_below[r][j] | (std::bit_cast<std::uint32_t>(acc[r][j]) & keep[r][j]));
             }
         }
     };
 
-    // A short last instruction: its products padded with zeros, which take no part (exponent
-    // lane_zero_exponent, term 0).
-    const auto padded_step = [&](std::size_t s, std::size_t count) {
-        alignas(64) float b_tail[K * W] = {};
-        alignas(64) std::int16_t eb_tail[K * W];
-        std::fill_n(eb_tail, K * W, lane_zero_exponent);
-        std::copy_n(b_val + s * W, count * W, b_tail);
-        std::copy_n(b_exp + s * W, count * W, eb_tail);
-        float a_tail[R][K] = {};
-        std::int16_t ea_tail[R][K];
-        std::array<const float*, R> a;
-        std::array<const std::int16_t*, R> ea;
-        for (std::size_t r = 0; r < R; ++r) {
-            std::fill_n(ea_tail[r], K, lane_zero_exponent);
-            std::copy_n(av[r] + s, count, a_tail[r]);
-            std::copy_n(ae[r] + s, count, ea_tail[r]);
-            a[r] = a_tail[r];
-            ea[r] = ea_tail[r];
-        }
-        cut_step.template operator()<true>(a, ea, b_tail, eb_tail);
-    };
-
     std::size_t in_group = 0;
-    const auto instruction = [&](const std::size_t s, const std::size_t count) {
-        const std::size_t end = s + count;
+    // The steps, each a whole instruction; a loop body, not a lambda, so that c and total stay
+    // locals the vectoriser can tell apart from the operands.
+    for (std::size_t s = 0; s < k; s += K) {
+        const std::size_t end = s + K;
         bool uncut_step = false;
         if constexpr (Plan::double_terms) {
             if (uncut.b_wide != nullptr) {
@@ -921,17 +904,17 @@ void lane_steps(const float* a_val, const std::int16_t* a_exp, std::size_t rows,
             }
         }
         if (!uncut_step) {
-            if (count == K) {
-                std::array<const float*, R> a;
-                std::array<const std::int16_t*, R> ea;
-                for (std::size_t r = 0; r < R; ++r) {
-                    a[r] = av[r] + s;
-                    ea[r] = ae[r] + s;
-                }
-                if (Plan::floorless_steps && no_zero) cut_step.template operator()<false>(a, ea, b_val + s * W, b_exp + s * W);
-                else cut_step.template operator()<true>(a, ea, b_val + s * W, b_exp + s * W);
+            std::array<const float*, R> a;
+            std::array<const std::int16_t*, R> ea;
+            for (std::size_t r = 0; r < R; ++r) {
+                a[r] = av[r] + s;
+                ea[r] = ae[r] + s;
+            }
+            if constexpr (Plan::floorless_steps) {
+                if (no_zero) cut_step.template operator()<false>(c, a, ea, b_val + s * W, b_exp + s * W);
+                else cut_step.template operator()<true>(c, a, ea, b_val + s * W, b_exp + s * W);
             } else {
-                padded_step(s, count);
+                cut_step.template operator()<true>(c, a, ea, b_val + s * W, b_exp + s * W);
             }
         }
         if (interval != 0) {
@@ -944,8 +927,7 @@ void lane_steps(const float* a_val, const std::int16_t* a_exp, std::size_t rows,
                 in_group = 0;
             }
         }
-    };
-    for (std::size_t s = 0; s < k; s += K) instruction(s, std::min(K, k - s));
+    }
     for (std::size_t r = 0; r < std::min(R, rows); ++r) {
         if (interval != 0) {
             if (in_group != 0)
@@ -967,6 +949,7 @@ using lane_steps_fn = void (*)(const float* a_val, const std::int16_t* a_exp, st
 /// the reference chain are each model's own code.
 struct lane_model {
     int alignment_bits;              ///< F, for lanes_in_range
+    std::size_t instruction_k;       ///< K: the panels' rows are padded to a multiple of it
     int uncut_mantissa;              ///< double_terms models: the operands' most mantissa bits (-1: no uncut path)
     std::size_t promotion_interval;  ///< the chain restarts every this many instructions (0: never)
     lane_steps_fn steps;             ///< lane_steps<instruction, lane_rows>
@@ -978,7 +961,7 @@ inline constexpr lane_model lane_model_of = [] {
     using instruction = typename Model::instruction;
     using plan = lane_plan<instruction>;
     constexpr int mantissa = operand_mantissa_bits<typename instruction::operands>;
-    return lane_model{plan::F, plan::double_terms && mantissa >= 0 ? mantissa : -1, Model::promotion_interval,
+    return lane_model{plan::F, instruction::k, plan::double_terms && mantissa >= 0 ? mantissa : -1, Model::promotion_interval,
                       &lane_steps<instruction, lane_rows>, &chain_reference<Model>};
 }();
 
@@ -994,15 +977,19 @@ template <class = void>
     const std::size_t blocks = (n + W - 1) / W;
 
     // Decoded panels in per-thread buffers that only grow: fresh pages cost more than the decode.
+    // Their K is padded to a multiple of the instruction's with zero operands, which take no part
+    // (exponent lane_zero_exponent, term 0), so that every step the lanes run is a whole
+    // instruction: a separate short last step, a second copy of the step's code, had doubled it.
+    const std::size_t kp = (k + model.instruction_k - 1) / model.instruction_k * model.instruction_k;
     thread_local std::vector<float> a_val, b_val;
     thread_local std::vector<std::int16_t> a_exp, b_exp;
     thread_local std::vector<unsigned char> special_row, special_column;
     thread_local std::vector<lane_run> a_runs, b_runs;
-    a_val.resize(m * k);
-    a_exp.resize(m * k);
+    a_val.resize(m * kp);
+    a_exp.resize(m * kp);
     special_row.assign(m, 0);
-    b_val.resize(blocks * k * W);
-    b_exp.resize(blocks * k * W);
+    b_val.resize(blocks * kp * W);
+    b_exp.resize(blocks * kp * W);
     special_column.assign(n, 0);
     a_runs.assign(m, lane_run{});
     b_runs.assign(blocks, lane_run{});
@@ -1020,7 +1007,11 @@ template <class = void>
         float* const values = a_val.data();
         std::int16_t* const exponents = a_exp.data();
         lane_run* const runs = a_runs.data();
-        each(m, [=](std::size_t i) { runs[i] = a.lanes(a.data, i * k, k, values + i * k, exponents + i * k, nullptr); });
+        each(m, [=](std::size_t i) {
+            runs[i] = a.lanes(a.data, i * k, k, values + i * kp, exponents + i * kp, nullptr);
+            std::fill(values + i * kp + k, values + (i + 1) * kp, 0.0f);
+            std::fill(exponents + i * kp + k, exponents + (i + 1) * kp, lane_zero_exponent);
+        });
     }
     // B in blocks of W columns, each block K rows of W; columns past N read as zeros.
     {
@@ -1032,7 +1023,7 @@ template <class = void>
             const std::size_t j0 = block * W, width = std::min(W, n - j0);
             lane_run all;
             for (std::size_t p = 0; p < k; ++p) {
-                const std::size_t at = (block * k + p) * W;
+                const std::size_t at = (block * kp + p) * W;
                 const lane_run run = b.lanes(b.data, p * n + j0, width, values + at, exponents + at, specials + j0);
                 all.special = all.special || run.special;
                 all.min_exponent = std::min(all.min_exponent, run.min_exponent);
@@ -1042,6 +1033,8 @@ template <class = void>
                     exponents[at + j] = lane_zero_exponent;
                 }
             }
+            std::fill(values + (block * kp + k) * W, values + (block + 1) * kp * W, 0.0f);
+            std::fill(exponents + (block * kp + k) * W, exponents + (block + 1) * kp * W, lane_zero_exponent);
             runs[block] = all;
         });
     }
@@ -1076,8 +1069,8 @@ template <class = void>
             }
             return std::pair{low, high};
         };
-        const auto [low_a, high_a] = bounds(a_exp.data(), m * k);
-        const auto [low_b, high_b] = bounds(b_exp.data(), blocks * k * W);
+        const auto [low_a, high_a] = bounds(a_exp.data(), m * kp);
+        const auto [low_b, high_b] = bounds(b_exp.data(), blocks * kp * W);
         // A zero side (low = INT16_MAX) makes every product zero: a floor that always holds.
         const int floor = low_a + low_b - 2 * mantissa;
         if (floor >= -126) {  // every nonzero result a normal float: a multiple of 2^floor
@@ -1103,8 +1096,8 @@ template <class = void>
     thread_local std::vector<unsigned char> row_zero, block_zero;
     row_zero.resize(m);
     block_zero.resize(blocks);
-    for (std::size_t i = 0; i < m; ++i) row_zero[i] = holds_zero(ae + i * k, k) ? 1 : 0;
-    for (std::size_t block = 0; block < blocks; ++block) block_zero[block] = holds_zero(be + block * k * W, k * W) ? 1 : 0;
+    for (std::size_t i = 0; i < m; ++i) row_zero[i] = holds_zero(ae + i * kp, kp) ? 1 : 0;
+    for (std::size_t block = 0; block < blocks; ++block) block_zero[block] = holds_zero(be + block * kp * W, kp * W) ? 1 : 0;
     const unsigned char* rz = row_zero.data();
     const unsigned char* bz = block_zero.data();
     // Tasks of lane_rows rows of A against one block of B.
@@ -1116,10 +1109,10 @@ template <class = void>
         const std::size_t block = task / groups, i = task % groups * R, rows = std::min(R, m - i);
         const std::size_t j0 = block * W;
         uncut_terms panel = uncut;
-        if (panel.b_wide != nullptr) panel.b_wide += block * k * W;
+        if (panel.b_wide != nullptr) panel.b_wide += block * kp * W;
         bool no_zero = bz[block] == 0;
         for (std::size_t r = 0; r < rows; ++r) no_zero = no_zero && rz[i + r] == 0;
-        steps(av + i * k, ae + i * k, rows, bv + block * k * W, be + block * k * W, k, out + i * n + j0, n,
+        steps(av + i * kp, ae + i * kp, rows, bv + block * kp * W, be + block * kp * W, kp, out + i * n + j0, n,
               std::min(W, n - j0), panel, no_zero, interval);
     });
 
