@@ -51,7 +51,8 @@
         const ::scalify::tensor_core::detail::operand*, const ::scalify::tensor_core::detail::operand*, std::size_t) noexcept;
 
 #define SCALIFY_LANE_STEPS_INSTANCE(KIND, Instruction)                                                                  \
-    KIND void ::scalify::tensor_core::detail::lane_steps<Instruction, ::scalify::tensor_core::detail::lane_rows>(       \
+    KIND void ::scalify::tensor_core::detail::lane_steps<                                                               \
+        Instruction, ::scalify::tensor_core::detail::lane_plan<Instruction>::rows>(                                     \
         const float*, const std::int16_t*, std::size_t, const float*, const std::int16_t*, std::size_t, float*,         \
         std::size_t, std::size_t, const ::scalify::tensor_core::detail::uncut_terms&, bool, std::size_t);
 

@@ -255,9 +255,12 @@ using lane_exact_sum = double;
            max_a + max_b + 2 + static_cast<int>(std::bit_width(k)) <= 126;
 }
 
-/// Rows of A whose chains run side by side (lane_steps). Two were fastest for every K (4 to 32)
-/// on an AVX-512 Xeon: one leaves K = 4 and 8 waiting on each step's result, four spill.
-inline constexpr std::size_t lane_rows = 2;
+/// Rows of A whose chains run side by side (lane_steps) for instructions of k products. Two up to
+/// K = 16: one leaves K = 4 and 8 waiting on each step's result (2-3x slower), and K = 16 10-20 %
+/// slower; four spill (AVX-512 Xeon). One for K = 32, whose step is long enough to keep the vector
+/// units busy alone: 5-10 % faster than two (Zen 5, -O3 -march=native and -O2 SSE2) in half the
+/// code.
+[[nodiscard]] constexpr std::size_t lane_rows_for(std::size_t k) noexcept { return k >= 32 ? 1 : 2; }
 
 /// How Instruction's chains run in lanes. Per output and instruction, each term is
 /// trunc(a * b * 2^(F - emax)) in float lanes: a and b are floats holding the operands exactly,
@@ -334,7 +337,7 @@ struct lane_plan {
     /// Clears the float bits below the P-th significant bit.
     static constexpr std::uint32_t float_result_mask = ~((std::uint32_t{1} << (24 - std::min(P, 24))) - 1);
     /// Rows of A whose chains run side by side (lane_steps).
-    static constexpr std::size_t rows = lane_rows;
+    static constexpr std::size_t rows = lane_rows_for(K);
     /// Whether lane_steps has a second copy of the step, without the floor's clamp and blend, for
     /// tasks without a zero operand: a tenth of a K = 4 or 8 step, a few percent of a longer one,
     /// where the second copy measured slower (fp8, K = 32: 12%).
@@ -952,7 +955,8 @@ struct lane_model {
     std::size_t instruction_k;       ///< K: the panels' rows are padded to a multiple of it
     int uncut_mantissa;              ///< double_terms models: the operands' most mantissa bits (-1: no uncut path)
     std::size_t promotion_interval;  ///< the chain restarts every this many instructions (0: never)
-    lane_steps_fn steps;             ///< lane_steps<instruction, lane_rows>
+    std::size_t rows;                ///< lane_plan::rows: rows of A per task
+    lane_steps_fn steps;             ///< lane_steps<instruction, rows>
     chain_fn reference;              ///< chain_reference<Model>: outputs that a NaN or inf operand reaches
 };
 
@@ -962,7 +966,7 @@ inline constexpr lane_model lane_model_of = [] {
     using plan = lane_plan<instruction>;
     constexpr int mantissa = operand_mantissa_bits<typename instruction::operands>;
     return lane_model{plan::F, instruction::k, plan::double_terms && mantissa >= 0 ? mantissa : -1, Model::promotion_interval,
-                      &lane_steps<instruction, lane_rows>, &chain_reference<Model>};
+                      plan::rows, &lane_steps<instruction, plan::rows>, &chain_reference<Model>};
 }();
 
 /// The GEMM in lanes of the model `model` describes, over operands whose pair lane_fit calls
@@ -1100,8 +1104,8 @@ template <class = void>
     for (std::size_t block = 0; block < blocks; ++block) block_zero[block] = holds_zero(be + block * kp * W, kp * W) ? 1 : 0;
     const unsigned char* rz = row_zero.data();
     const unsigned char* bz = block_zero.data();
-    // Tasks of lane_rows rows of A against one block of B.
-    constexpr std::size_t R = lane_rows;
+    // Tasks of the model's rows of A against one block of B.
+    const std::size_t R = model.rows;
     const lane_steps_fn steps = model.steps;
     const std::size_t interval = model.promotion_interval;
     const std::size_t groups = (m + R - 1) / R;
