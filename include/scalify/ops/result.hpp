@@ -214,24 +214,29 @@ struct buffer_source {
     [[nodiscard]] C operator()(std::size_t i) const noexcept { return raw[i]; }
 };
 
-/// The largest finite |raw[i]|, 0 for none: finite_amax_in's rule (strategy/non_finite.hpp: NaN
-/// never wins, inf is skipped) over the thread ranges, and without its checked-mode report, which
-/// finish_measured's check_output makes on the stored result as every op's finish does.
-template <class C>
-[[nodiscard]] C finite_amax(const C* raw, std::size_t n)
+/// The largest of measure(begin, end) over the thread ranges of [0, n) (0 for none).
+template <class C, class Measure>
+[[nodiscard]] C max_over_ranges(std::size_t n, Measure&& measure)
 {
     std::vector<C> range_amax(parallel_range_count(n), C(0));
-    parallel_ranges(n, [&](std::size_t range, std::size_t begin, std::size_t end) {
-        C amax = C(0);
-        for (std::size_t i = begin; i < end; ++i) {
-            const C magnitude = std::abs(raw[i]);
-            amax = magnitude > amax && magnitude <= std::numeric_limits<C>::max() ? magnitude : amax;
-        }
-        range_amax[range] = amax;
-    });
+    parallel_ranges(n, [&](std::size_t range, std::size_t begin, std::size_t end) { range_amax[range] = measure(begin, end); });
     C amax = C(0);
     for (const C m : range_amax) amax = m > amax ? m : amax;
     return amax;
+}
+
+/// The largest finite |raw[i]|, 0 for none (finite_max, over the thread ranges); unlike
+/// quantize.hpp's finite_amax, not agreed over ranks (an op's own result), and without
+/// finite_amax_in's checked-mode report, which finish_measured's check_output makes on the stored
+/// result as every op's finish does.
+template <class C>
+[[nodiscard]] C parallel_finite_amax(const C* raw, std::size_t n)
+{
+    return max_over_ranges<C>(n, [raw](std::size_t begin, std::size_t end) {
+        C amax = C(0);
+        for (std::size_t i = begin; i < end; ++i) amax = finite_max(amax, raw[i]);
+        return amax;
+    });
 }
 
 /// The end of finish_by_rule once the raw result is in `raw` and its finite amax known: the
@@ -265,23 +270,20 @@ template <bool NeedsAmax, ScalePolicy Policy, ScaledElement Out, class C, class 
     xt::xarray<Out> data = reusable ? std::move(*reuse) : xt::xarray<Out>::from_shape(shape);
 
     if constexpr (NeedsAmax && std::same_as<std::remove_cvref_t<RawAt>, buffer_source<C>>) {
-        return finish_measured<Policy, Out, C>(op, std::move(data), request, rule, raw_at.raw, finite_amax(raw_at.raw, n));
+        return finish_measured<Policy, Out, C>(op, std::move(data), request, rule, raw_at.raw, parallel_finite_amax(raw_at.raw, n));
     } else if constexpr (NeedsAmax) {
-        std::vector<C> raw(n);
-        std::vector<C> range_amax(parallel_range_count(n), C(0));
-        parallel_ranges(n, [&](std::size_t range, std::size_t begin, std::size_t end) {
-            C amax = C(0);
-            for_each_element(raw_at, begin, end, [&raw, &amax](std::size_t i, C value) {
+        // The raw result written and measured in one pass.
+        std::vector<C> raw_buffer(n);
+        C* const raw = raw_buffer.data();
+        const C amax = max_over_ranges<C>(n, [&](std::size_t begin, std::size_t end) {
+            C range_amax = C(0);
+            for_each_element(raw_at, begin, end, [raw, &range_amax](std::size_t i, C value) {
                 raw[i] = value;
-                const C magnitude = std::abs(value);
-                // Finite elements only (strategy/non_finite.hpp): NaN never wins, inf is skipped.
-                amax = magnitude > amax && magnitude <= std::numeric_limits<C>::max() ? magnitude : amax;
+                range_amax = finite_max(range_amax, value);
             });
-            range_amax[range] = amax;
+            return range_amax;
         });
-        C amax = C(0);
-        for (const C m : range_amax) amax = m > amax ? m : amax;
-        return finish_measured<Policy, Out, C>(op, std::move(data), request, rule, raw.data(), amax);
+        return finish_measured<Policy, Out, C>(op, std::move(data), request, rule, raw, amax);
     } else {
         const float scale = checked_output_scale<Policy>(rule(request), op, request);
         store_scaled<Out, C>(data.data(), n, scale, request.natural, raw_at);

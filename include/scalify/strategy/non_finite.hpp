@@ -131,17 +131,23 @@ template <class T>
     return s;
 }
 
-/// Largest finite |x| computed in C (NaN never wins, inf is skipped): one branch-free pass, for
-/// the decisions that need the amax alone. In the checked mode a NaN or inf throws, naming `op`.
+/// amax after seeing x: |x| where it is larger and finite (NaN never wins, inf is skipped). A
+/// select, not a branch: the loops that call it vectorise.
+template <class C>
+[[nodiscard]] C finite_max(C amax, C x) noexcept
+{
+    const C m = std::abs(x);
+    return m > amax && m <= std::numeric_limits<C>::max() ? m : amax;
+}
+
+/// Largest finite |x| computed in C (finite_max): one branch-free pass, for the decisions that
+/// need the amax alone. In the checked mode a NaN or inf throws, naming `op`.
 template <class C, class T>
 [[nodiscard]] C finite_amax_in(const char* op, const T* data, std::size_t n, double scale = 1.0)
 {
     if (checking_finite()) (void)summarize_for_scale(op, data, n, scale);
     C amax = C(0);
-    for (std::size_t i = 0; i < n; ++i) {
-        const C m = std::abs(static_cast<C>(load(data[i])));
-        amax = m > amax && m <= std::numeric_limits<C>::max() ? m : amax;
-    }
+    for (std::size_t i = 0; i < n; ++i) amax = finite_max(amax, static_cast<C>(load(data[i])));
     return amax;
 }
 
