@@ -107,8 +107,7 @@ void print_gradient_diagnostics(const mlp<array>& params, const array& x, const 
     const auto logits = fashion::predict<fashion::mode_scaling>(params, x);
     const auto ce = softmax_cross_entropy(as_scaled_array<pow2_scale>(logits), y);
     const auto cotangent = dynamic_rescale_l2(mul(ce.grad, opt.loss_weight));
-    const float pow2 = ad::detail::rescale_power_for_cast(cotangent, m.scaling, format_range_of(m.gradient).max);
-    const auto cast_data = (pow2 == 1.0f ? cotangent : rebalance_scale(cotangent, pow2)).data();
+    const auto cast_data = ad::detail::rescale_for_cast(cotangent, m.scaling, format_range_of(m.gradient).max).data();
     const auto stats = tensor_stats(as_scaled_array<pow2_scale>(xt::xarray<float>(cast_data)), m.gradient, "logits gradient");
     fmt::print("first-step logits gradient as cast ({} scaling): {}\n",
                m.scaling == ad::cast_scaling::unscaled ? "no" : m.scaling == ad::cast_scaling::current ? "current" : "propagated",

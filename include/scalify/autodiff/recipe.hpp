@@ -96,13 +96,20 @@ template <ScaledElement F, class T, ScalePolicy P>
     return rescale_power_for_cast(a, scaling, double(std::numeric_limits<F>::max()));
 }
 
-/// The same value as `a`, rebalanced for a cast to F under `scaling` (see cast_scaling). The
-/// factor is a power of two, so nothing rounds.
+/// The same value as `a`, rebalanced for a cast under `scaling` to a format whose largest finite
+/// value is format_max (see cast_scaling). The factor is a power of two, so nothing rounds.
+template <class T, ScalePolicy P>
+[[nodiscard]] ScaledArray<T, P> rescale_for_cast(const ScaledArray<T, P>& a, cast_scaling scaling, double format_max)
+{
+    const float pow2 = rescale_power_for_cast(a, scaling, format_max);
+    return pow2 == 1.0f ? a : scalify::rebalance_scale(a, pow2);
+}
+
+/// rescale_for_cast for a cast to F.
 template <ScaledElement F, class T, ScalePolicy P>
 [[nodiscard]] ScaledArray<T, P> rescale_for_cast(const ScaledArray<T, P>& a, cast_scaling scaling)
 {
-    const float pow2 = rescale_power_for_cast<F>(a, scaling);
-    return pow2 == 1.0f ? a : scalify::rebalance_scale(a, pow2);
+    return rescale_for_cast(a, scaling, double(std::numeric_limits<F>::max()));
 }
 
 /// cast<F> (nearest even, saturating) of rescale_for_cast<F>(a, scaling), without copying `a`
