@@ -1,6 +1,6 @@
 // Scaled primitives side by side with the raw computation they wrap, in one run:
 //   matmul 512^3 (float x float, and e4m3fn x e4m3fn) vs Eigen sgemm on float data;
-//   add / mul of 2^22 floats vs xtensor's a + b / a * b into an xarray.
+//   add / mul of 2^22 floats vs xtensor's a + b / a * b into an xarray (add also with a dynamic_abs scale).
 // Ratios are reported by comparing the *_scalify and *_peer lines (docs/benchmarks.md).
 //   build/benchmarks/bench_scaled --benchmark_min_time=0.5
 #include <scalify/scalify.hpp>
@@ -138,6 +138,19 @@ void elementwise_scalify(benchmark::State& state)
 }
 BENCHMARK(elementwise_scalify<false>)->Name("add_f32_4M_scalify")->Unit(benchmark::kMicrosecond);
 BENCHMARK(elementwise_scalify<true>)->Name("mul_f32_4M_scalify")->Unit(benchmark::kMicrosecond);
+
+// The same add with its scale from the result's amax (the result measured as it is written).
+void elementwise_dynamic_scalify(benchmark::State& state)
+{
+    const auto a = make_scaled_array<pow2_scale>(random_floats({elements}, 3), 0.5f);
+    const auto b = make_scaled_array<pow2_scale>(random_floats({elements}, 4), 4.0f);
+    for (auto _ : state) {
+        auto c = add<dynamic_abs<float8_e4m3fn>>(a, b);
+        benchmark::DoNotOptimize(c.data().data());
+    }
+    state.SetItemsProcessed(state.iterations() * elements);
+}
+BENCHMARK(elementwise_dynamic_scalify)->Name("add_f32_4M_dynamic_abs_scalify")->Unit(benchmark::kMicrosecond);
 
 void mx_quantize(benchmark::State& state)
 {
