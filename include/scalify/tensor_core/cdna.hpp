@@ -1151,11 +1151,15 @@ struct gemm_engine<Instruction> {
             });
             return;
         }
-        // The outputs the lanes leave unsure: the exact chain, the column gathered for it.
+        // The outputs the lanes leave unsure: the exact chain over the row and the column read
+        // as the unit reads them (the copy of chain_read the path above compiles, not another).
         const auto exact = [=](std::size_t i, std::size_t j) {
-            std::vector<TB> column(k);
-            for (std::size_t p = 0; p < k; ++p) column[p] = b[p * n + j];
-            return std::bit_cast<float>(cdna::chain<Instruction>(a + i * k, column.data(), k, block, 0u));
+            std::vector<operand> row(k), column(k);
+            for (std::size_t p = 0; p < k; ++p) {
+                row[p] = read(a[i * k + p]);
+                column[p] = read(b[p * n + j]);
+            }
+            return chain<Model, TA, TB>(row.data(), column.data(), k);
         };
         const std::size_t kp = (k + block - 1) / block * block, blocks = (n + W - 1) / W;
         // Operands decoded straight into the panels (A by rows, B in blocks of W columns, K
