@@ -28,21 +28,17 @@
     X(KIND, scalify::tensor_core::h100_tf32_chain)        \
     X(KIND, scalify::tensor_core::b200_tf32_chain)
 
-/// The instructions of those models whose chains run in lanes: each model's lane_steps (a model
-/// and its _fast form share their instruction's).
-#define SCALIFY_FOR_EACH_LANE_INSTRUCTION(X, KIND) \
-    X(KIND, scalify::tensor_core::h100_qgmma)      \
-    X(KIND, scalify::tensor_core::h100_hmma)       \
-    X(KIND, scalify::tensor_core::v100_hmma)       \
-    X(KIND, scalify::tensor_core::a100_hmma)       \
-    X(KIND, scalify::tensor_core::ada_hmma)        \
-    X(KIND, scalify::tensor_core::ada_qmma)        \
-    X(KIND, scalify::tensor_core::b200_hmma)       \
-    X(KIND, scalify::tensor_core::b200_qmma)       \
-    X(KIND, scalify::tensor_core::a100_tf32)       \
-    X(KIND, scalify::tensor_core::ada_tf32)        \
-    X(KIND, scalify::tensor_core::h100_tf32)       \
-    X(KIND, scalify::tensor_core::b200_tf32)
+/// One instruction per plan of the lanes' steps (tensor_core/gemm.hpp, lane_steps_plan) among
+/// those models' instructions: instructions that differ in F alone share their steps (a100_tf32
+/// and ada_tf32 v100_hmma's; ada_hmma, h100_tf32 and b200_tf32 a100_hmma's; b200_hmma
+/// h100_hmma's; gemm.hpp asserts it), and a model and its _fast form their instruction's.
+#define SCALIFY_FOR_EACH_LANE_PLAN(X, KIND)   \
+    X(KIND, scalify::tensor_core::h100_qgmma) \
+    X(KIND, scalify::tensor_core::h100_hmma)  \
+    X(KIND, scalify::tensor_core::v100_hmma)  \
+    X(KIND, scalify::tensor_core::a100_hmma)  \
+    X(KIND, scalify::tensor_core::ada_qmma)   \
+    X(KIND, scalify::tensor_core::b200_qmma)
 
 /// KIND is `template` (the definitions, in src/compiled.cpp) or `extern template`. A model's own
 /// code: its reference chain; the engines' bodies it runs through are SCALIFY_GEMM_ENGINE_INSTANCES.
@@ -51,9 +47,8 @@
         const ::scalify::tensor_core::detail::operand*, const ::scalify::tensor_core::detail::operand*, std::size_t) noexcept;
 
 #define SCALIFY_LANE_STEPS_INSTANCE(KIND, Instruction)                                                                  \
-    KIND void ::scalify::tensor_core::detail::lane_steps<                                                               \
-        Instruction, ::scalify::tensor_core::detail::lane_plan<Instruction>::rows>(                                     \
-        const float*, const std::int16_t*, std::size_t, const float*, const std::int16_t*, std::size_t, float*,         \
+    KIND void ::scalify::tensor_core::detail::lane_steps<::scalify::tensor_core::detail::lane_plan<Instruction>::steps>( \
+        int, const float*, const std::int16_t*, std::size_t, const float*, const std::int16_t*, std::size_t, float*,    \
         std::size_t, std::size_t, const ::scalify::tensor_core::detail::uncut_terms&, bool, std::size_t);
 
 /// The reference engine's and the lanes' GEMM bodies, one copy for every model.

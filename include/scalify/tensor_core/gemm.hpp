@@ -262,6 +262,58 @@ using lane_exact_sum = double;
 /// code.
 [[nodiscard]] constexpr std::size_t lane_rows_for(std::size_t k) noexcept { return k >= 32 ? 1 : 2; }
 
+/// What lane_steps compiles for an instruction (lane_plan<Instruction>::steps): lane_plan's
+/// choices, without F wherever the steps need it only as a value (the scale's exponent and the
+/// floor), so that instructions that differ in F alone share one compiled copy of the steps (V100's
+/// HMMA and A100's tf32 step, K = 4; A100's HMMA and H100's tf32 step, K = 8).
+struct lane_steps_plan {
+    std::size_t K;                   ///< products per instruction
+    int P;                           ///< result bits
+    bool nearest_even;               ///< the normalisation rounds to nearest even (else toward zero)
+    bool wide_double;                ///< the exact sum needs double (else float)
+    bool double_terms;
+    bool sum_in_int32;
+    std::size_t int32_run;           ///< terms per int32 run where !sum_in_int32 (else 0)
+    bool join_in_int32;
+    bool float_normalisation;
+    std::uint32_t accumulator_mask;
+    int split_bits;                  ///< double_terms only (else 0)
+    std::size_t rows;
+    bool floorless_steps;
+    friend constexpr bool operator==(const lane_steps_plan&, const lane_steps_plan&) = default;
+};
+
+/// The types and masks lane_steps computes in, from its plan (lane_plan documents each).
+template <lane_steps_plan S>
+struct lane_arithmetic {
+    static constexpr std::size_t K = S.K;
+    static constexpr int P = S.P;
+    static constexpr bool double_terms = S.double_terms;
+    static constexpr bool sum_in_int32 = S.sum_in_int32;
+    static constexpr std::size_t int32_run = S.int32_run;
+    static constexpr bool join_in_int32 = S.join_in_int32;
+    static constexpr bool float_normalisation = S.float_normalisation;
+    static constexpr std::uint32_t accumulator_mask = S.accumulator_mask;
+    static constexpr std::size_t rows = S.rows;
+    static constexpr bool floorless_steps = S.floorless_steps;
+    using wide = std::conditional_t<S.wide_double, double, float>;
+    using wide_bits = std::conditional_t<S.wide_double, std::uint64_t, std::uint32_t>;
+    static constexpr int wide_mantissa = S.wide_double ? 52 : 23;
+    static constexpr wide_bits result_mask = ~((wide_bits{1} << (wide_mantissa + 1 - P)) - 1);
+    static constexpr std::uint32_t float_result_mask = ~((std::uint32_t{1} << (24 - std::min(P, 24))) - 1);
+    static constexpr int split_bits = S.split_bits;
+    static constexpr float split_down = 1.0f / static_cast<float>(std::uint64_t{1} << split_bits);
+    static constexpr float split_up = static_cast<float>(std::uint64_t{1} << split_bits);
+    static constexpr double split_unit = static_cast<double>(std::uint64_t{1} << split_bits);
+    [[nodiscard]] static std::int32_t split_high(float x) noexcept { return static_cast<std::int32_t>(x * split_down); }
+    [[nodiscard]] static std::int32_t split_low(float x, std::int32_t high) noexcept
+    {
+        return static_cast<std::int32_t>(x - static_cast<float>(high) * split_up);
+    }
+    using lane_sum = std::conditional_t<double_terms, double, std::conditional_t<sum_in_int32, std::int32_t, lane_exact_sum>>;
+    using c_term = std::conditional_t<double_terms, double, std::int32_t>;
+};
+
 /// How Instruction's chains run in lanes. Per output and instruction, each term is
 /// trunc(a * b * 2^(F - emax)) in float lanes: a and b are floats holding the operands exactly,
 /// their product is exact (significands of at most 24 bits together), and scaling by a power of
@@ -285,12 +337,10 @@ struct lane_plan {
     {
         return lanes_in_range(F, min_a, max_a, min_b, max_b, k);
     }
-    /// The float type that holds the exact sum (accumulator and terms) exactly.
-    using wide = std::conditional_t<(bits <= 24), float, double>;
-    using wide_bits = std::conditional_t<std::same_as<wide, float>, std::uint32_t, std::uint64_t>;
-    static constexpr int wide_mantissa = std::same_as<wide, float> ? 23 : 52;
-    /// Clears the bits below the P-th significant bit of a normal `wide`: the cut toward zero.
-    static constexpr wide_bits result_mask = ~((wide_bits{1} << (wide_mantissa + 1 - P)) - 1);
+    /// The float type that holds the exact sum (accumulator and terms) exactly: float up to 24
+    /// bits, else double (`wide`); lane_arithmetic's result_mask clears the bits below its P-th
+    /// significant bit: the cut toward zero.
+    static constexpr bool wide_double = bits > 24;
     /// Clears the bits of a normal float below its min(P, F + 1)-th significant bit.
     static constexpr std::uint32_t accumulator_mask = ~((std::uint32_t{1} << (24 - std::min(P, F + 1))) - 1);
     /// How many terms (each below 2^(F + 2) units) one int32 sum holds. Where K needs more
@@ -310,38 +360,41 @@ struct lane_plan {
     /// trunc(x) = high * 2^split_bits + low. Runs of up to 2^(31 - F + 2 - split_bits) terms, and
     /// of 2^(31 - split_bits), sum in int32 (F = 40: 2^9 and 2^11; K <= 32 here).
     static constexpr int split_bits = (F + 2) / 2;
-    static constexpr float split_down = 1.0f / static_cast<float>(std::uint64_t{1} << split_bits);
-    static constexpr float split_up = static_cast<float>(std::uint64_t{1} << split_bits);
-    static constexpr double split_unit = static_cast<double>(std::uint64_t{1} << split_bits);
-    [[nodiscard]] static std::int32_t split_high(float x) noexcept { return static_cast<std::int32_t>(x * split_down); }
-    [[nodiscard]] static std::int32_t split_low(float x, std::int32_t high) noexcept
-    {
-        return static_cast<std::int32_t>(x - static_cast<float>(high) * split_up);
-    }
-    using lane_sum = std::conditional_t<double_terms, double, std::conditional_t<sum_in_int32, std::int32_t, lane_exact_sum>>;
     /// The K terms and the aligned accumulator (below 2^(F + 1)) sum in int32 too: one
     /// conversion to `wide` per output instead of two (v100: 4 (2^25 - 1) + 2^24).
     static constexpr bool join_in_int32 =
         sum_in_int32 && !double_terms &&
         K * ((std::uint64_t{1} << (F + 2)) - 1) + (std::uint64_t{1} << (F + 1)) <= std::uint64_t{INT32_MAX};
-    /// The accumulator aligned: int32 (below 2^(F + 1)) or, with double_terms, a whole double.
-    using c_term = std::conditional_t<double_terms, double, std::int32_t>;
     /// Where the joined int32 sum needs more than a float's 24 bits, cut toward zero to P <= 24
     /// bits from its float conversion (nearest, then a step toward zero where that went away from
     /// zero) rather than through double: the sum must stay clear of 2^31 - 128, which would round
     /// to 2^31, past int32.
     static constexpr bool float_normalisation =
-        join_in_int32 && std::same_as<wide, double> && P <= 24 &&
+        join_in_int32 && wide_double && P <= 24 &&
         Instruction::rules::normalisation == rounding_mode::toward_zero &&
         K * ((std::uint64_t{1} << (F + 2)) - 1) + (std::uint64_t{1} << (F + 1)) < (std::uint64_t{1} << 31) - 128;
-    /// Clears the float bits below the P-th significant bit.
-    static constexpr std::uint32_t float_result_mask = ~((std::uint32_t{1} << (24 - std::min(P, 24))) - 1);
     /// Rows of A whose chains run side by side (lane_steps).
     static constexpr std::size_t rows = lane_rows_for(K);
     /// Whether lane_steps has a second copy of the step, without the floor's clamp and blend, for
     /// tasks without a zero operand: a tenth of a K = 4 or 8 step, a few percent of a longer one,
     /// where the second copy measured slower (fp8, K = 32: 12%).
     static constexpr bool floorless_steps = K <= 8;
+    /// The steps' plan: the accumulator enters the sum aligned as an int32 (below 2^(F + 1)) or,
+    /// with double_terms, a whole double.
+    static constexpr lane_steps_plan steps = {K,
+                                              P,
+                                              Instruction::rules::normalisation == rounding_mode::nearest_even,
+                                              wide_double,
+                                              double_terms,
+                                              sum_in_int32,
+                                              sum_in_int32 ? 0 : int32_run,
+                                              join_in_int32,
+                                              float_normalisation,
+                                              accumulator_mask,
+                                              double_terms ? split_bits : 0,
+                                              rows,
+                                              floorless_steps};
+    using wide = typename lane_arithmetic<steps>::wide;
 };
 
 /// Whether Instruction's chains over TA x TB run in lanes (lane_plan) and compute exactly what
@@ -658,19 +711,19 @@ struct uncut_terms {
 /// step runs the aligned terms.
 /// Every `interval` instructions (the model's promotion interval; 0: never) the chain's sum joins a
 /// float32 total and restarts from +0. An argument, not a template parameter: models that differ
-/// only in it (h100_cublaslt_fp8 and its _fast form) share one compiled copy of the steps.
-template <InnerProductModel Instruction, std::size_t Rows>
-void lane_steps(const float* a_val, const std::int16_t* a_exp, std::size_t rows, const float* b_val,
+/// only in it (h100_cublaslt_fp8 and its _fast form) share one compiled copy of the steps; so is
+/// F, the instruction's alignment_bits (lane_steps_plan).
+template <lane_steps_plan S>
+void lane_steps(int F, const float* a_val, const std::int16_t* a_exp, std::size_t rows, const float* b_val,
                 const std::int16_t* b_exp, std::size_t k, float* out, std::size_t out_stride, std::size_t columns,
                 const uncut_terms& uncut, bool no_zero, std::size_t interval)
 {
-    using Plan = lane_plan<Instruction>;
+    using Plan = lane_arithmetic<S>;
     using wide = typename Plan::wide;
     using wide_bits = typename Plan::wide_bits;
     constexpr std::size_t W = lane_width;
-    constexpr std::size_t R = Rows;
-    constexpr std::size_t K = Instruction::k;
-    constexpr int F = Plan::F;
+    constexpr std::size_t R = Plan::rows;
+    constexpr std::size_t K = Plan::K;
 
     std::array<const float*, R> av{};
     std::array<const std::int16_t*, R> ae{};
@@ -707,9 +760,13 @@ void lane_steps(const float* a_val, const std::int16_t* a_exp, std::size_t rows,
     // The accumulators come in as a restrict pointer: captured by reference they would be read
     // through the closure, and g++ -O2 (whose cheap cost model adds no run-time alias checks)
     // could not tell them from the operands and left the loop scalar (4.6x slower for SSE2).
-    const auto cut_step = [&]<bool MayBeBelow>(float (*__restrict acc)[W], const std::array<const float*, R>& a,
+    // F's constants as values of the step (a reference into the frame would be reloaded).
+    const std::int32_t floor = F - 126;
+    const std::uint32_t scale_base = static_cast<std::uint32_t>(127 + F) << 23;
+    const std::uint32_t unscale_base = static_cast<std::uint32_t>(127 - F) << 23;
+    const auto cut_step = [&, floor, scale_base, unscale_base]<bool MayBeBelow>(float (*__restrict acc)[W], const std::array<const float*, R>& a,
                                                const std::array<const std::int16_t*, R>& ea, const float* b,
-                                               const std::int16_t* eb) {
+                                               const std::int16_t* eb) __attribute__((always_inline)) {
         alignas(64) std::int32_t joined[R][W];
         alignas(64) float unscales[R][W];
         alignas(64) std::uint32_t alone_below[R][W], keep[R][W];
@@ -729,9 +786,9 @@ void lane_steps(const float* a_val, const std::int16_t* a_exp, std::size_t rows,
                 // (every product zero, the accumulator zero or tiny) the floor keeps the scales
                 // normal, and the result is set apart in the normalisation.
                 const std::int32_t e_max = emax;
-                const auto e_bits = static_cast<std::uint32_t>(MayBeBelow ? std::max(e_max, F - 126) : e_max) << 23;
-                const float scale = std::bit_cast<float>((std::uint32_t{127 + F} << 23) - e_bits);
-                const float unscale = std::bit_cast<float>((std::uint32_t{127 - F} << 23) + e_bits);
+                const auto e_bits = static_cast<std::uint32_t>(MayBeBelow ? std::max(e_max, floor) : e_max) << 23;
+                const float scale = std::bit_cast<float>(scale_base - e_bits);
+                const float unscale = std::bit_cast<float>(unscale_base + e_bits);
                 // Terms, exact as lane_fit says; the accumulator aligned the same way.
                 typename Plan::lane_sum sum;
                 typename Plan::c_term c_aligned;
@@ -788,7 +845,7 @@ void lane_steps(const float* a_val, const std::int16_t* a_exp, std::size_t rows,
                     joined[r][j] = sum + c_aligned;
                     unscales[r][j] = unscale;
                     if constexpr (MayBeBelow) {
-                        const auto below = static_cast<std::uint32_t>(-static_cast<std::int32_t>(e_max < F - 126));
+                        const auto below = static_cast<std::uint32_t>(-static_cast<std::int32_t>(e_max < floor));
                         alone_below[r][j] = c_bits & Plan::accumulator_mask & below;
                         keep[r][j] = ~below;
                     }
@@ -809,7 +866,7 @@ void lane_steps(const float* a_val, const std::int16_t* a_exp, std::size_t rows,
                     if constexpr (Plan::join_in_int32) exact = static_cast<wide>(sum + c_aligned);
                     else exact = static_cast<wide>(sum) + static_cast<wide>(c_aligned);
                     auto exact_bits = std::bit_cast<wide_bits>(exact);
-                    if constexpr (Instruction::rules::normalisation == rounding_mode::nearest_even) {
+                    if constexpr (S.nearest_even) {
                         // Round to P bits, ties to even: add half a unit less one, plus the last kept
                         // bit; a carry runs into the exponent field as it should (the sign bit stays
                         // clear of it).
@@ -822,7 +879,7 @@ void lane_steps(const float* a_val, const std::int16_t* a_exp, std::size_t rows,
                 // A blend of bits: a select of floats would be a branch under -ftrapping-math.
                 if constexpr (MayBeBelow) {
                     const auto alone = c_bits & Plan::accumulator_mask;
-                    const auto below = static_cast<std::uint32_t>(-static_cast<std::int32_t>(e_max < F - 126));
+                    const auto below = static_cast<std::uint32_t>(-static_cast<std::int32_t>(e_max < floor));
                     acc[r][j] = std::bit_cast<float>((alone & below) | (normalised & ~below));
                 } else {
                     acc[r][j] = std::bit_cast<float>(normalised);
@@ -896,7 +953,7 @@ void lane_steps(const float* a_val, const std::int16_t* a_exp, std::size_t rows,
                         auto exact_bits = std::bit_cast<std::uint64_t>(exact[j] + odd[j]);
                         // An exact zero is +0 (whatever the rounding mode gave its sign).
                         exact_bits &= std::uint64_t{0} - static_cast<std::uint64_t>((exact_bits << 1) != 0);
-                        if constexpr (Instruction::rules::normalisation == rounding_mode::nearest_even) {
+                        if constexpr (S.nearest_even) {
                             constexpr int dropped = 52 + 1 - Plan::P;
                             exact_bits += ((std::uint64_t{1} << (dropped - 1)) - 1) + ((exact_bits >> dropped) & 1u);
                         }
@@ -942,8 +999,16 @@ void lane_steps(const float* a_val, const std::int16_t* a_exp, std::size_t rows,
     }
 }
 
-/// lane_steps of one instruction, as a value.
-using lane_steps_fn = void (*)(const float* a_val, const std::int16_t* a_exp, std::size_t rows, const float* b_val,
+// The instructions that share their steps (detail/compiled_instances.hpp names one of each).
+static_assert(lane_plan<a100_tf32>::steps == lane_plan<v100_hmma>::steps &&
+              lane_plan<ada_tf32>::steps == lane_plan<v100_hmma>::steps &&
+              lane_plan<ada_hmma>::steps == lane_plan<a100_hmma>::steps &&
+              lane_plan<h100_tf32>::steps == lane_plan<a100_hmma>::steps &&
+              lane_plan<b200_tf32>::steps == lane_plan<a100_hmma>::steps &&
+              lane_plan<b200_hmma>::steps == lane_plan<h100_hmma>::steps);
+
+/// lane_steps of one plan, as a value.
+using lane_steps_fn = void (*)(int alignment_bits, const float* a_val, const std::int16_t* a_exp, std::size_t rows, const float* b_val,
                                const std::int16_t* b_exp, std::size_t k, float* out, std::size_t out_stride,
                                std::size_t columns, const uncut_terms& uncut, bool no_zero, std::size_t interval);
 
@@ -956,7 +1021,7 @@ struct lane_model {
     int uncut_mantissa;              ///< double_terms models: the operands' most mantissa bits (-1: no uncut path)
     std::size_t promotion_interval;  ///< the chain restarts every this many instructions (0: never)
     std::size_t rows;                ///< lane_plan::rows: rows of A per task
-    lane_steps_fn steps;             ///< lane_steps<instruction, rows>
+    lane_steps_fn steps;             ///< lane_steps<lane_plan<instruction>::steps>, given alignment_bits
     chain_fn reference;              ///< chain_reference<Model>: outputs that a NaN or inf operand reaches
 };
 
@@ -966,7 +1031,7 @@ inline constexpr lane_model lane_model_of = [] {
     using plan = lane_plan<instruction>;
     constexpr int mantissa = operand_mantissa_bits<typename instruction::operands>;
     return lane_model{plan::F, instruction::k, plan::double_terms && mantissa >= 0 ? mantissa : -1, Model::promotion_interval,
-                      plan::rows, &lane_steps<instruction, plan::rows>, &chain_reference<Model>};
+                      plan::rows, &lane_steps<plan::steps>, &chain_reference<Model>};
 }();
 
 /// The GEMM in lanes of the model `model` describes, over operands whose pair lane_fit calls
@@ -1108,6 +1173,7 @@ template <class = void>
     const std::size_t R = model.rows;
     const lane_steps_fn steps = model.steps;
     const std::size_t interval = model.promotion_interval;
+    const int alignment_bits = model.alignment_bits;
     const std::size_t groups = (m + R - 1) / R;
     scalify::detail::parallel_for(blocks * groups, [=](std::size_t task) {
         const std::size_t block = task / groups, i = task % groups * R, rows = std::min(R, m - i);
@@ -1116,7 +1182,7 @@ template <class = void>
         if (panel.b_wide != nullptr) panel.b_wide += block * kp * W;
         bool no_zero = bz[block] == 0;
         for (std::size_t r = 0; r < rows; ++r) no_zero = no_zero && rz[i + r] == 0;
-        steps(av + i * kp, ae + i * kp, rows, bv + block * kp * W, be + block * kp * W, kp, out + i * n + j0, n,
+        steps(alignment_bits, av + i * kp, ae + i * kp, rows, bv + block * kp * W, be + block * kp * W, kp, out + i * n + j0, n,
               std::min(W, n - j0), panel, no_zero, interval);
     });
 
@@ -1301,6 +1367,6 @@ template <GemmModel Model, std::ranges::contiguous_range RA, std::ranges::contig
 #ifdef SCALIFY_SEPARATE_COMPILATION  // scalify::compiled holds these (detail/compiled_instances.hpp)
 #include <scalify/detail/compiled_instances.hpp>
 SCALIFY_FOR_EACH_GEMM_MODEL(SCALIFY_TENSOR_CORE_INSTANCE, extern template)
-SCALIFY_FOR_EACH_LANE_INSTRUCTION(SCALIFY_LANE_STEPS_INSTANCE, extern template)
+SCALIFY_FOR_EACH_LANE_PLAN(SCALIFY_LANE_STEPS_INSTANCE, extern template)
 SCALIFY_GEMM_ENGINE_INSTANCES(extern template)
 #endif
