@@ -468,6 +468,15 @@ template <class T>
     else return decompose(x);
 }
 
+/// count operands of type T, stride apart from data + first, read as the unit reads them: an
+/// operand_reader, for the reference engine's GEMM body (gemm_reference_with).
+template <class T>
+void read_operands(const void* data, std::size_t first, std::size_t count, std::size_t stride, operand* out) noexcept
+{
+    const T* x = static_cast<const T*>(data) + first;
+    for (std::size_t i = 0; i < count; ++i) out[i] = read(x[i * stride]);
+}
+
 /// One block of Model's rule for n products (1 <= n <= 16); c already read as the unit reads its
 /// C (chain() flushes it once, before the first block).
 template <CdnaModel Model, bool EvenOdd>
@@ -1140,25 +1149,18 @@ struct gemm_engine<Instruction> {
         constexpr std::size_t W = cdna::lane_width;
         // The lanes run one chain; the rounding of their float (or final) operations is the
         // default environment's.
+        // Elsewhere the reference engine's GEMM body (compiled once for every model) runs the chain
+        // over operands read as the unit reads them.
+        const operand_source read_a{a, &cdna::read_operands<TA>}, read_b{b, &cdna::read_operands<TB>};
         if (Model::promotion_interval != 0 || std::fegetround() != FE_TONEAREST) {
-            // Every operand read once.
-            std::vector<operand> rows, columns;
-            read_rows_and_columns<gemm_engine>(a, b, m, k, n, rows, columns);
-            const operand* const r = rows.data();
-            const operand* const c = columns.data();
-            scalify::detail::parallel_for(m, [=](std::size_t i) {
-                for (std::size_t j = 0; j < n; ++j) out[i * n + j] = chain<Model, TA, TB>(r + i * k, c + j * k, k);
-            });
+            gemm_reference_with(&chain<Model, TA, TB>, read_a, read_b, m, k, n, out);
             return;
         }
-        // The outputs the lanes leave unsure: the exact chain over the row and the column read
-        // as the unit reads them (the copy of chain_read the path above compiles, not another).
+        // The outputs the lanes leave unsure: the same chain over their row and column.
         const auto exact = [=](std::size_t i, std::size_t j) {
             std::vector<operand> row(k), column(k);
-            for (std::size_t p = 0; p < k; ++p) {
-                row[p] = read(a[i * k + p]);
-                column[p] = read(b[p * n + j]);
-            }
+            read_a(i * k, k, 1, row.data());
+            read_b(j, k, n, column.data());
             return chain<Model, TA, TB>(row.data(), column.data(), k);
         };
         const std::size_t kp = (k + block - 1) / block * block, blocks = (n + W - 1) / W;
