@@ -76,6 +76,35 @@ void matmul_f32_scalify_reused(benchmark::State& state)
 }
 BENCHMARK(matmul_f32_scalify_reused)->Name("matmul_f32_512_scalify_into_reused")->Unit(benchmark::kMillisecond);
 
+// A short K and a large result, as an attention's scores (K = 64, 4M outputs), scaled from the
+// result's amax, beside Eigen's sgemm into a reused matrix.
+constexpr std::size_t wide = 2048, short_k = 64;
+
+void matmul_short_k_peer(benchmark::State& state)
+{
+    const auto a = random_floats({wide, short_k}, 1), b = random_floats({short_k, wide}, 2);
+    const Eigen::Map<const row_major> ma(a.data(), wide, short_k), mb(b.data(), short_k, wide);
+    row_major c(wide, wide);
+    for (auto _ : state) {
+        c.noalias() = ma * mb;
+        benchmark::DoNotOptimize(c.data());
+    }
+    state.SetItemsProcessed(state.iterations() * 2 * wide * short_k * wide);
+}
+BENCHMARK(matmul_short_k_peer)->Name("matmul_f32_2048x64x2048_peer_eigen_sgemm_into_reused")->Unit(benchmark::kMillisecond);
+
+void matmul_short_k_dynamic(benchmark::State& state)
+{
+    const auto a = make_scaled_array<pow2_scale>(random_floats({wide, short_k}, 1), 0.5f);
+    const auto b = make_scaled_array<pow2_scale>(random_floats({short_k, wide}, 2), 2.0f);
+    for (auto _ : state) {
+        auto c = matmul<dynamic_abs<float8_e4m3fn>>(a, b);
+        benchmark::DoNotOptimize(c.data().data());
+    }
+    state.SetItemsProcessed(state.iterations() * 2 * wide * short_k * wide);
+}
+BENCHMARK(matmul_short_k_dynamic)->Name("matmul_f32_2048x64x2048_dynamic_abs_scalify")->Unit(benchmark::kMillisecond);
+
 void matmul_fp8_peer(benchmark::State& state)
 {
     // The peer gets float copies of the fp8 data for free: only the sgemm is timed.

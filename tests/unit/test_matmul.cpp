@@ -212,6 +212,34 @@ TEST_CASE("matmul can reuse the previous result's memory", "[matmul]")
     CHECK(c.value()(1, 1) == 8.0f);
 }
 
+TEST_CASE("a matmul stored after its scale is known reads no earlier product", "[matmul]")
+{
+    // Amax-scaled products and those stored in another type go through a per-thread raw product
+    // that outlives them: an empty K after a product with data must still give zeros.
+    xt::xarray<float> data = xt::xarray<float>::from_shape({2, 6, 6});
+    for (std::size_t i = 0; i < data.size(); ++i) data.flat(i) = 1.0f + static_cast<float>(i % 7);
+    const auto full = make_scaled_array<pow2_scale>(data, 1.0f);
+    const auto full_2d = make_scaled_array<pow2_scale>(xt::xarray<float>(xt::view(data, 0)), 1.0f);
+    const auto is_zero = [](const auto& x) { return xt::all(xt::equal(x.value(), 0.0f)); };
+    const auto empty_a = make_scaled_array<pow2_scale>(xt::xarray<float>::from_shape({6, 0}), 1.0f);
+    const auto empty_b = make_scaled_array<pow2_scale>(xt::xarray<float>::from_shape({0, 6}), 1.0f);
+    const auto empty_batch_a = make_scaled_array<pow2_scale>(xt::xarray<float>::from_shape({2, 6, 0}), 1.0f);
+    const auto empty_batch_b = make_scaled_array<pow2_scale>(xt::xarray<float>::from_shape({2, 0, 6}), 1.0f);
+
+    CHECK(xt::amax(matmul<dynamic_abs<float8_e4m3fn>>(full_2d, full_2d).value())() > 0.0f);
+    const auto dynamic_2d = matmul<dynamic_abs<float8_e4m3fn>>(empty_a, empty_b);
+    CHECK(dynamic_2d.shape() == std::vector<std::size_t>{6, 6});
+    CHECK(is_zero(dynamic_2d));
+
+    CHECK(xt::amax(matmul<default_scaling, float8_e4m3fn>(full_2d, full_2d).value())() > 0.0f);
+    CHECK(is_zero(matmul<default_scaling, float8_e4m3fn>(empty_a, empty_b)));
+
+    CHECK(xt::amax(matmul<dynamic_abs<float8_e4m3fn>>(full, full).value())() > 0.0f);
+    const auto dynamic_batched = matmul<dynamic_abs<float8_e4m3fn>>(empty_batch_a, empty_batch_b);
+    CHECK(dynamic_batched.shape() == std::vector<std::size_t>{2, 6, 6});
+    CHECK(is_zero(dynamic_batched));
+}
+
 #if !defined(EIGEN_USE_BLAS)  // with it Eigen's general_matrix_matrix_product is the BLAS's sgemm
 TEST_CASE("scalify's GEMM loop gives the bits of Eigen's sequential product", "[matmul]")
 {

@@ -487,6 +487,19 @@ template <bool NeedsAmax, class R, class C, ScalePolicy P>
     return finish_by_rule<NeedsAmax, P, R, C>("matmul", shape, request, rule, buffer_source<C>{raw});
 }
 
+/// The raw product (count values of C) of a matmul whose result is stored after its scale is known
+/// (an amax-scaled one, or one stored in another type): a per-thread buffer that only grows, as
+/// the decode panels are. A fresh zero-filled vector per product, and its pages' faults, had cost
+/// 24x Eigen's sgemm on a 2048 x 64 x 2048 product (bench_scaled). Read only until finish_matmul
+/// returns, and no matmul runs in between.
+template <class C>
+[[nodiscard]] C* raw_product(std::size_t count)
+{
+    thread_local std::vector<C> product;
+    if (product.size() < count) product.resize(count);
+    return product.data();
+}
+
 /// The result buffer of a 2-D product: the caller's (when it is an xt::xarray<R>), else new.
 template <class R, class Buffer>
 [[nodiscard]] xt::xarray<R>* caller_buffer(Buffer& buffer) noexcept
@@ -519,17 +532,11 @@ template <bool NeedsAmax, class R, class C, ScalePolicy P, bool TransposeA, bool
         return result;
     } else {
         (void)buffer;
-        std::vector<C> product(m * n);
-        if (k != 0) gemm_any_thread_count<C, TransposeA, TransposeB>(a, b, m, k, n, product.data(), C(1));
-        return finish_matmul<NeedsAmax, R, C, P>(shape, request, rule, product.data());
+        C* const product = raw_product<C>(m * n);
+        if (k != 0) gemm_any_thread_count<C, TransposeA, TransposeB>(a, b, m, k, n, product, C(1));
+        else std::fill_n(product, m * n, C(0));
+        return finish_matmul<NeedsAmax, R, C, P>(shape, request, rule, product);
     }
-}
-
-/// Per-thread buffer of a tensor-core model's raw product (grows only, as the decode panels do).
-[[nodiscard]] inline std::vector<float>& model_product_buffer()
-{
-    thread_local std::vector<float> product;
-    return product;
 }
 
 /// matmul with the data-domain product accumulated by `gemm` (a tensor_core GEMM model's, chosen at
@@ -573,10 +580,9 @@ template <bool NeedsAmax, class Out, bool TransposeA = false, bool TransposeB = 
             check_output("matmul", result);
             return result;
         } else {
-            std::vector<float>& product = model_product_buffer();
-            if (product.size() < m * n) product.resize(m * n);
-            run_gemm<TransposeA, TransposeB>(gemm, a.data(), b.data(), m, k, n, product.data());
-            return finish_matmul<NeedsAmax, R, C, P>(shape, request, rule, product.data());
+            float* const product = raw_product<float>(m * n);
+            run_gemm<TransposeA, TransposeB>(gemm, a.data(), b.data(), m, k, n, product);
+            return finish_matmul<NeedsAmax, R, C, P>(shape, request, rule, product);
         }
     }
     return eigen_matmul<NeedsAmax, R, C, P, TransposeA, TransposeB>(decoded<C>(a.data(), operand_panel<C, 0>()),
@@ -683,17 +689,17 @@ template <bool NeedsAmax, class R, class C, ScalePolicy P, bool TransposeA = fal
         check_output("matmul", result);
         return result;
     }
-    std::vector<C> raw(batches * m * n);  // zeros: a k == 0 product stays so
-    parallel_for(batches, fork, [&](std::size_t t) {
-        // Each batch as a scale-1 product under natural scaling would compute: alpha 1, the
-        // same GEMM call over the same operand values.
-        if (k != 0) {
+    C* const raw = raw_product<C>(batches * m * n);
+    if (k == 0) std::fill_n(raw, batches * m * n, C(0));
+    else
+        parallel_for(batches, fork, [&](std::size_t t) {
+            // Each batch as a scale-1 product under natural scaling would compute: alpha 1, the
+            // same GEMM call over the same operand values.
             gemm_any_thread_count<C, TransposeA, TransposeB>(a + s.operand_batch(s.a_batch, t) * m * k,
                                                              b + s.operand_batch(s.b_batch, t) * k * n, m, k, n,
-                                                             raw.data() + t * m * n, C(1));
-        }
-    });
-    return finish_matmul<NeedsAmax, R, C, P>(s.out, request, rule, raw.data());
+                                                             raw + t * m * n, C(1));
+        });
+    return finish_matmul<NeedsAmax, R, C, P>(s.out, request, rule, raw);
 }
 
 /// matmul over leading batch dimensions (numpy's matmul), the product of each batch accumulated
@@ -724,12 +730,12 @@ template <bool NeedsAmax, class Out, class A, class PA, class B, class PB>
             // scaling), the batches across threads; the scales apply once, in finish.
             const float* pa = decoded<float>(a.data(), operand_panel<float, 0>());
             const float* pb = decoded<float>(b.data(), operand_panel<float, 1>());
-            std::vector<float> raw(batches * m * n);
+            float* const raw = raw_product<float>(batches * m * n);
             parallel_for(batches, [&](std::size_t t) {
                 gemm(pa + s.operand_batch(s.a_batch, t) * m * k, pb + s.operand_batch(s.b_batch, t) * k * n, m, k, n,
-                     raw.data() + t * m * n);
+                     raw + t * m * n);
             });
-            return finish_matmul<NeedsAmax, R, C, P>(s.out, request, rule, raw.data());
+            return finish_matmul<NeedsAmax, R, C, P>(s.out, request, rule, raw);
         }
     }
     return eigen_batched_matmul<NeedsAmax, R, C, P>(decoded<C>(a.data(), operand_panel<C, 0>()),
