@@ -181,6 +181,21 @@ void elementwise_dynamic_scalify(benchmark::State& state)
 }
 BENCHMARK(elementwise_dynamic_scalify)->Name("add_f32_4M_dynamic_abs_scalify")->Unit(benchmark::kMicrosecond);
 
+// softmax of 2048 x 2048 floats along the last axis and along the first (lanes 2048 floats
+// apart, run side by side in blocks).
+template <std::size_t Axis>
+void softmax_along(benchmark::State& state)
+{
+    const auto x = make_scaled_array<pow2_scale>(random_floats({2048, 2048}, 6), 1.0f);
+    for (auto _ : state) {
+        auto y = softmax(x, Axis);
+        benchmark::DoNotOptimize(y.data().data());
+    }
+    state.SetItemsProcessed(state.iterations() * 2048 * 2048);
+}
+BENCHMARK(softmax_along<1>)->Name("softmax_f32_2048x2048_last_axis_scalify")->Unit(benchmark::kMillisecond);
+BENCHMARK(softmax_along<0>)->Name("softmax_f32_2048x2048_first_axis_scalify")->Unit(benchmark::kMillisecond);
+
 void mx_quantize(benchmark::State& state)
 {
     const auto x = random_floats({dim, 2048}, 5);  // 1 Mi floats

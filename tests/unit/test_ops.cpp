@@ -380,6 +380,44 @@ TEST_CASE("lane_max: numpy.max's value on integer keys, in any order", "[ops]")
     CHECK(p(1, 0) == Approx(1.0f / 20));
 }
 
+TEST_CASE("softmax along any axis gives the bits of the last axis, blocks of lanes side by side", "[ops]")
+{
+    // Lanes along axis 0 of (3, 11, 70) run in blocks of 64 adjacent lanes and a block of 6; each
+    // lane sums in its own order, as along the last axis: transposing the axis to the end and back
+    // gives the same bits, a NaN lane included.
+    std::mt19937 rng(7);
+    std::uniform_real_distribution<float> uniform(-8.0f, 8.0f);
+    xt::xarray<float> x = xt::xarray<float>::from_shape({3, 11, 70}), g = xt::xarray<float>::from_shape({3, 11, 70});
+    for (auto& v : x) v = uniform(rng);
+    for (auto& v : g) v = uniform(rng);
+    x(1, 4, 65) = std::numeric_limits<float>::quiet_NaN();
+    const auto a = make_scaled_array<pow2_scale>(x, 0.5f);
+    const auto ga = cast<Eigen::bfloat16>(make_scaled_array<pow2_scale>(g, 2.0f));
+    const auto same_bits = [](const auto& p, const auto& q) {
+        REQUIRE(p.scale() == q.scale());
+        REQUIRE(p.shape() == q.shape());
+        using E = typename std::remove_cvref_t<decltype(p)>::value_type;
+        CHECK(std::memcmp(p.data().data(), q.data().data(), p.size() * sizeof(E)) == 0);
+    };
+    for (std::size_t axis = 0; axis < 3; ++axis) {
+        CAPTURE(axis);
+        std::vector<std::size_t> to_last, back(3);
+        for (std::size_t d = 0; d < 3; ++d)
+            if (d != axis) to_last.push_back(d);
+        to_last.push_back(axis);
+        for (std::size_t d = 0; d < 3; ++d) back[to_last[d]] = d;
+        const auto last = [&](const auto& t) { return transpose(t, to_last); };
+        const auto restored = [&](const auto& t) { return transpose(t, back); };
+        same_bits(softmax(a, axis), restored(softmax(last(a), 2)));
+        same_bits(softmax<dynamic_abs<float8_e4m3fn>>(a, axis), restored(softmax<dynamic_abs<float8_e4m3fn>>(last(a), 2)));
+        same_bits(log_softmax<unit_scaling>(a, axis), restored(log_softmax<unit_scaling>(last(a), 2)));
+        const auto y = softmax(a, axis);
+        same_bits(softmax_vjp(ga, y, axis), restored(softmax_vjp(last(ga), last(y), 2)));
+        same_bits(log_softmax_vjp(ga, log_softmax(a, axis), axis),
+                  restored(log_softmax_vjp(last(ga), last(log_softmax(a, axis)), 2)));
+    }
+}
+
 TEST_CASE("reductions, softmax, where, layout ops", "[ops]")
 {
     const auto a = make_scaled_array<pow2_scale>(xt::xarray<float>{{1, -2, 3}, {4, 5, -6}}, 0.5f);
