@@ -21,6 +21,11 @@ namespace scalify::detail {
 /// The number of running sums of lane_sum.
 inline constexpr std::size_t lane_ways = 8;
 
+/// Lanes per pass of the reductions across lanes (lane_reduce_across, lane_max_across): their
+/// running results stay in L1. Callers that hand them blocks of at most this many lanes can keep
+/// the results in arrays of it.
+inline constexpr std::size_t lanes_across = 64;
+
 /// combine over term(i), i < n, in lane_ways running results from `initial`: term i goes into
 /// result i mod lane_ways, and the eight are combined as ((r0, r4), (r1, r5)), ((r2, r6), (r3, r7)).
 template <class V, class Term, class Combine>
@@ -44,7 +49,7 @@ template <class V, class Term, class Combine>
 template <class V, class Term, class Combine>
 void lane_reduce_across(std::size_t n, std::size_t width, Term term, V initial, Combine combine, V* out)
 {
-    constexpr std::size_t block = 64;  // lanes per pass: their running results stay in L1
+    constexpr std::size_t block = lanes_across;
     for (std::size_t l0 = 0; l0 < width; l0 += block) {
         const std::size_t w = std::min(block, width - l0);
         V part[lane_ways][block];
@@ -119,7 +124,7 @@ template <class V, class Term>
 void lane_max_across(std::size_t n, std::size_t width, Term term, V lowest, V* out)
 {
     using order = float_order<V>;
-    constexpr std::size_t block = 64;
+    constexpr std::size_t block = lanes_across;
     for (std::size_t l0 = 0; l0 < width; l0 += block) {
         const std::size_t w = std::min(block, width - l0);
         typename order::key best[block];

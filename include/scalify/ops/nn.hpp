@@ -61,14 +61,14 @@ struct axis_lanes {
     }
 
     /// Lanes along an axis other than the last, side by side: f(base, width) for blocks of up to
-    /// `block` adjacent lanes (one outer index, inner indices base % inner onward), whose k-th
+    /// lanes_across adjacent lanes (one outer index, inner indices base % inner onward), whose k-th
     /// elements are the `width` contiguous ones at base + k * inner; blocks split across threads
     /// (each on one thread). Walking such lanes one at a time touched a cache line per element
     /// (softmax along axis 0 of 2048 x 2048: 32x the last axis).
     template <class F>
     void for_each_block(F f) const
     {
-        constexpr std::size_t block = 64;
+        constexpr std::size_t block = lanes_across;
         const std::size_t per_outer = (inner + block - 1) / block;
         parallel_lanes(outer * per_outer, length * block, [&](std::size_t first, std::size_t last) {
             for (std::size_t b = first; b < last; ++b) {
@@ -164,7 +164,7 @@ template <class Op, class Strategy, class Out, class T, class P, class Finish>
     C* const raw = lane_buffer<C, Op>(a.size());
     const std::size_t stride = lanes.inner;
     lanes.for_each_block([&](std::size_t base, std::size_t width) {
-        C top[64], total[64], log_total[64];
+        C top[lanes_across], total[lanes_across], log_total[lanes_across];
         lane_max_across<C>(lanes.length, width, [&](std::size_t k, std::size_t l) { return value(base + k * stride + l); },
                            -std::numeric_limits<C>::infinity(), top);
         lane_sum_across<C>(
@@ -225,7 +225,7 @@ template <class Op, class Strategy, class Policy, class R, class C, class Shape,
     C* const raw = lane_buffer<C, Op>(element_count(shape));
     const std::size_t stride = lanes.inner;
     lanes.for_each_block([&](std::size_t base, std::size_t width) {
-        C sums[64];
+        C sums[lanes_across];
         lane_sum_across<C>(lanes.length, width, [&](std::size_t k, std::size_t l) { return term(base + k * stride + l); }, sums);
         for (std::size_t k = 0; k < lanes.length; ++k)
             for (std::size_t l = 0; l < width; ++l) raw[base + k * stride + l] = element(base + k * stride + l, sums[l]);
