@@ -488,16 +488,13 @@ template <bool NeedsAmax, class R, class C, ScalePolicy P>
 }
 
 /// The raw product (count values of C) of a matmul whose result is stored after its scale is known
-/// (an amax-scaled one, or one stored in another type): a per-thread buffer that only grows, as
-/// the decode panels are. A fresh zero-filled vector per product, and its pages' faults, had cost
-/// 24x Eigen's sgemm on a 2048 x 64 x 2048 product (bench_scaled). Read only until finish_matmul
-/// returns, and no matmul runs in between.
+/// (an amax-scaled one, or one stored in another type): a per-thread scratch buffer, read only
+/// until finish_matmul returns.
+struct raw_product_tag {};
 template <class C>
 [[nodiscard]] C* raw_product(std::size_t count)
 {
-    thread_local std::vector<C> product;
-    if (product.size() < count) product.resize(count);
-    return product.data();
+    return scratch<C, raw_product_tag>(count);
 }
 
 /// The result buffer of a 2-D product: the caller's (when it is an xt::xarray<R>), else new.

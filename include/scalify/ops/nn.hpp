@@ -79,17 +79,6 @@ struct axis_lanes {
     }
 };
 
-/// A per-thread buffer of at least `count` values of C that only grows (an op's raw results,
-/// stored once their scale is known; fresh zero-filled memory cost 20x a large op). Tag keeps
-/// the buffers of ops that may be live at once apart.
-template <class C, class Tag>
-[[nodiscard]] C* lane_buffer(std::size_t count)
-{
-    thread_local std::vector<C> buffer;
-    if (buffer.size() < count) buffer.resize(count);
-    return buffer.data();
-}
-
 /// A lane finisher whose result is a function of exp(v - max) and the lane's total alone
 /// (from_exp(e, total)): normalise_along keeps the exps it sums.
 template <class Finish>
@@ -161,7 +150,7 @@ template <class Op, class Strategy, class Out, class T, class P, class Finish>
     }
     // Along another axis: blocks of adjacent lanes side by side (the same statistics per lane, the
     // same bits), their raw results through a buffer.
-    C* const raw = lane_buffer<C, Op>(a.size());
+    C* const raw = scratch<C, Op>(a.size());
     const std::size_t stride = lanes.inner;
     lanes.for_each_block([&](std::size_t base, std::size_t width) {
         C top[lanes_across], total[lanes_across], log_total[lanes_across];
@@ -222,7 +211,7 @@ template <class Op, class Strategy, class Policy, class R, class C, class Shape,
         const auto at = [element, sums = sums.data()](std::size_t i, std::size_t, std::size_t lane) { return element(i, sums[lane]); };
         return finish<Op, Strategy, Policy, R, C>(op, shape, request, periodic_source<decltype(at)>{at, lanes.length});
     }
-    C* const raw = lane_buffer<C, Op>(element_count(shape));
+    C* const raw = scratch<C, Op>(element_count(shape));
     const std::size_t stride = lanes.inner;
     lanes.for_each_block([&](std::size_t base, std::size_t width) {
         C sums[lanes_across];

@@ -254,6 +254,22 @@ template <ScalePolicy Policy, ScaledElement Out, class C>
     return result;
 }
 
+/// A per-thread buffer of at least `count` values of C that only grows: an op's raw results, held
+/// until their scale is known. A fresh zero-filled one per op cost its zero fill and page faults,
+/// more than the op itself (add<dynamic_abs> of 4M floats, one thread: 119-124 -> 6.2-6.3 ms on Zen
+/// 5; a 2048 x 64 x 2048 amax-scaled matmul 20x its GEMM). Tag keeps apart the buffers of code that
+/// may hold them at once.
+template <class C, class Tag>
+[[nodiscard]] C* scratch(std::size_t count)
+{
+    thread_local std::vector<C> buffer;
+    if (buffer.size() < count) buffer.resize(count);
+    return buffer.data();
+}
+
+/// finish_by_rule's raw results (scratch's tag).
+struct raw_result_tag {};
+
 /// `rule`'s scale (NeedsAmax: the rule reads request.raw_amax); raw_at(i) gives element i of the
 /// raw result in compute type C (value = raw * request.natural), or raw_at is a periodic_source.
 /// Evaluates raw_at once per element. `reuse`, when not null and of `shape`, is the memory of an
@@ -272,12 +288,8 @@ template <bool NeedsAmax, ScalePolicy Policy, ScaledElement Out, class C, class 
     if constexpr (NeedsAmax && std::same_as<std::remove_cvref_t<RawAt>, buffer_source<C>>) {
         return finish_measured<Policy, Out, C>(op, std::move(data), request, rule, raw_at.raw, parallel_finite_amax(raw_at.raw, n));
     } else if constexpr (NeedsAmax) {
-        // The raw result written and measured in one pass, into a per-thread buffer that only
-        // grows: a fresh one per op cost its zero fill and page faults, more than the op itself
-        // (add<dynamic_abs> of 4M floats, one thread: 119-124 -> 6.2-6.3 ms on Zen 5).
-        thread_local std::vector<C> raw_buffer;
-        if (raw_buffer.size() < n) raw_buffer.resize(n);
-        C* const raw = raw_buffer.data();
+        // The raw result written and measured in one pass, into a per-thread scratch buffer.
+        C* const raw = scratch<C, raw_result_tag>(n);
         const C amax = max_over_ranges<C>(n, [&](std::size_t begin, std::size_t end) {
             C range_amax = C(0);
             for_each_element(raw_at, begin, end, [raw, &range_amax](std::size_t i, C value) {
