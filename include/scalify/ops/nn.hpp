@@ -28,10 +28,6 @@ namespace scalify {
 
 namespace detail {
 
-/// The stride of a lane along the last axis, known to the compiler: its loops read contiguous
-/// elements and vectorise (a run-time stride of 1 made them gathers: softmax 2.5 ns an element).
-using contiguous_lane = std::integral_constant<std::size_t, 1>;
-
 /// The lanes of `shape` along `axis`: `outer` x `inner` of them, each `length` long with stride
 /// `inner`; lane (o, j) starts at o * length * inner + j. shape_error naming the op if the axis
 /// is out of range.
@@ -95,7 +91,7 @@ struct softmax_finish {
 /// Per lane of the value: its max and total = sum exp(v - max), then element i's raw result
 /// finish_lane(v_i, max, total, log(total)). Along the last axis (contiguous lanes) the results
 /// are stored straight from the lanes' statistics (a periodic_source: no buffer of raw results to
-/// zero, fill and copy); along another axis through such a buffer, lane by lane.
+/// zero, fill and copy); along another axis through a buffer, in blocks of lanes side by side.
 template <class Op, class Strategy, class Out, class T, class P, class Finish>
 [[nodiscard]] auto normalise_along(const char* op, const ScaledArray<T, P>& a, std::size_t axis, Finish finish_lane)
 {
@@ -107,8 +103,8 @@ template <class Op, class Strategy, class Out, class T, class P, class Finish>
     struct lane_statistics {
         C top, total, log_total;
     };
-    const auto statistics = [&](std::size_t base, auto stride) {  // stride: contiguous_lane along the last axis
-        const auto lane_value = [&](std::size_t k) { return value(base + k * stride); };
+    const auto statistics = [&](std::size_t base) {  // a lane of the last axis: contiguous, so its loops vectorise
+        const auto lane_value = [&](std::size_t k) { return value(base + k); };
         const C top = lane_max<C>(lanes.length, lane_value, -std::numeric_limits<C>::infinity());
         const C total = lane_sum<C>(lanes.length, [&](std::size_t k) { return math::exp(lane_value(k) - top); });
         return lane_statistics{top, total, std::log(total)};
@@ -140,7 +136,7 @@ template <class Op, class Strategy, class Out, class T, class P, class Finish>
     }
     if (lanes.inner == 1 && lanes.length != 0) {
         std::vector<lane_statistics> per_lane(lanes.outer);
-        lanes.for_each([&](std::size_t base, std::size_t) { per_lane[base / lanes.length] = statistics(base, contiguous_lane{}); });
+        lanes.for_each([&](std::size_t base, std::size_t) { per_lane[base / lanes.length] = statistics(base); });
         const lane_statistics* stats = per_lane.data();
         const auto at = [value, stats, finish_lane](std::size_t i, std::size_t, std::size_t lane) {
             return finish_lane(value(i), stats[lane].top, stats[lane].total, stats[lane].log_total);
