@@ -196,6 +196,36 @@ void softmax_along(benchmark::State& state)
 BENCHMARK(softmax_along<1>)->Name("softmax_f32_2048x2048_last_axis_scalify")->Unit(benchmark::kMillisecond);
 BENCHMARK(softmax_along<0>)->Name("softmax_f32_2048x2048_first_axis_scalify")->Unit(benchmark::kMillisecond);
 
+// The loss and gradient of a language model's head: 512 rows of 32000-class logits (a
+// LLaMA-sized vocabulary), and the gradient of its embedding table (32000 x 512) from 1024 lookups.
+void cross_entropy_large_vocabulary(benchmark::State& state)
+{
+    constexpr std::size_t batch = 512, classes = 32000;
+    const auto logits = make_scaled_array<pow2_scale>(random_floats({batch, classes}, 7), 1.0f);
+    std::vector<std::int32_t> labels(batch);
+    for (std::size_t b = 0; b < batch; ++b) labels[b] = static_cast<std::int32_t>((b * 7919) % classes);
+    for (auto _ : state) {
+        auto result = softmax_cross_entropy(logits, labels);
+        benchmark::DoNotOptimize(result.grad.data().data());
+    }
+    state.SetItemsProcessed(state.iterations() * static_cast<std::int64_t>(batch * classes));
+}
+BENCHMARK(cross_entropy_large_vocabulary)->Name("softmax_cross_entropy_f32_512x32000_scalify")->Unit(benchmark::kMillisecond);
+
+void embedding_gradient_large_vocabulary(benchmark::State& state)
+{
+    constexpr std::size_t lookups = 1024, rows = 32000, width = 512;
+    const auto g = make_scaled_array<pow2_scale>(random_floats({lookups, width}, 8), 1.0f);
+    xt::xarray<std::int32_t> ids = xt::xarray<std::int32_t>::from_shape({lookups});
+    for (std::size_t i = 0; i < lookups; ++i) ids(i) = static_cast<std::int32_t>((i * 104729) % rows);
+    for (auto _ : state) {
+        auto grad = embedding_vjp(g, ids, rows);
+        benchmark::DoNotOptimize(grad.data().data());
+    }
+    state.SetItemsProcessed(state.iterations() * static_cast<std::int64_t>(rows * width));
+}
+BENCHMARK(embedding_gradient_large_vocabulary)->Name("embedding_vjp_f32_32000x512_1024_lookups_scalify")->Unit(benchmark::kMillisecond);
+
 void mx_quantize(benchmark::State& state)
 {
     const auto x = random_floats({dim, 2048}, 5);  // 1 Mi floats

@@ -6,7 +6,10 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <bit>
+#include <cmath>
+#include <limits>
 #include <cstdint>
 #include <numeric>
 #include <random>
@@ -114,6 +117,55 @@ TEST_CASE("large element-wise ops, casts and reductions give the same bits on an
             for (std::size_t c = 0; c < n_cols; ++c) sum += x.data()(r, c);
             REQUIRE(row_sums.data()(r) == sum);
         }
+    }
+}
+
+TEST_CASE("a large vocabulary's cross-entropy and embedding gradient give the same bits on any thread count",
+          "[nn][parallel]")
+{
+    std::mt19937 rng(13);
+    SECTION("softmax_cross_entropy: rows on the threads, their losses summed in row order")
+    {
+        const std::size_t batch = 48, classes = 5000;  // 240 000 logits: several parallel grains
+        const ScaledArray<float, pow2_scale> logits(normal_data(rng, {batch, classes}), 0.5f);
+        std::vector<std::int32_t> labels(batch);
+        for (std::size_t b = 0; b < batch; ++b) labels[b] = static_cast<std::int32_t>((b * 977) % classes);
+        double loss = 0.0;
+        const auto grad = on_any_thread_count([&] {
+            auto result = softmax_cross_entropy(logits, labels);
+            loss = result.loss;
+            return std::move(result.grad);
+        });
+        // The rule of the documentation, one row after the other, in double.
+        double expected_loss = 0.0;
+        for (std::size_t b = 0; b < batch; ++b) {
+            const float* row = logits.data().data() + b * classes;
+            double top = -std::numeric_limits<double>::infinity(), total = 0.0;
+            for (std::size_t c = 0; c < classes; ++c) top = std::max(top, static_cast<double>(row[c]) * 0.5);
+            std::vector<double> e(classes);
+            for (std::size_t c = 0; c < classes; ++c) total += e[c] = std::exp(static_cast<double>(row[c]) * 0.5 - top);
+            expected_loss += std::log(total) + top - static_cast<double>(row[labels[b]]) * 0.5;
+            for (std::size_t c = 0; c < classes; ++c) {
+                const double g = (e[c] / total - (static_cast<std::int32_t>(c) == labels[b] ? 1.0 : 0.0)) / static_cast<double>(batch);
+                REQUIRE(grad.data()(b, c) == static_cast<float>(g));
+            }
+        }
+        CHECK(grad.scale() == 1.0f);
+        CHECK(loss == expected_loss / static_cast<double>(batch));
+    }
+    SECTION("embedding_vjp: only the looked-up rows summed, in id order")
+    {
+        const std::size_t lookups = 700, rows = 3000, width = 96;
+        const ScaledArray<float, pow2_scale> g(normal_data(rng, {lookups, width}), 0.25f);
+        xt::xarray<std::int64_t> ids = xt::xarray<std::int64_t>::from_shape({lookups});
+        for (std::size_t i = 0; i < lookups; ++i) ids(i) = static_cast<std::int64_t>((i * i + 3 * i) % 997);  // repeats
+        const auto grad = on_any_thread_count([&] { return embedding_vjp(g, ids, rows); });
+        std::vector<float> expected(rows * width, 0.0f);
+        for (std::size_t i = 0; i < lookups; ++i)
+            for (std::size_t j = 0; j < width; ++j) expected[static_cast<std::size_t>(ids(i)) * width + j] += g.data()(i, j);
+        CHECK(grad.scale() == 0.25f);
+        REQUIRE(grad.size() == expected.size());
+        CHECK(std::equal(expected.begin(), expected.end(), grad.data().begin()));
     }
 }
 

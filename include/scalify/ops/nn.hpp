@@ -306,6 +306,62 @@ namespace detail {
 template <class Labels>
 concept label_range = std::ranges::sized_range<Labels> && std::integral<std::ranges::range_value_t<Labels>> &&
                       !std::same_as<std::remove_cv_t<std::ranges::range_value_t<Labels>>, bool>;
+
+/// softmax_cross_entropy's gradient, (softmax - onehot) / batch, as a row-by-row element source
+/// (a named type: the store loop is compiled once, whatever the strategy and the labels' type).
+struct cross_entropy_gradient {
+    const double* exps;        ///< exp(v - top), row by row
+    const double* totals;      ///< each row's sum of exps
+    const std::size_t* targets;
+    std::size_t batch;
+    [[nodiscard]] double operator()(std::size_t i, std::size_t c, std::size_t b) const noexcept
+    {
+        const double p = exps[i] / totals[b];
+        return (p - (c == targets[b] ? 1.0 : 0.0)) / static_cast<double>(batch);
+    }
+};
+
+/// softmax_cross_entropy for checked targets, under a scale rule: compiled once per (NeedsAmax,
+/// T, P). Rows run on the threads, each in its own order, and the rows' losses are summed in row
+/// order, so neither the loss nor the gradient depends on the thread count. The exps live in a
+/// per-thread buffer (a fresh batch x classes one cost its page faults on every call).
+template <bool NeedsAmax, class T, ScalePolicy P>
+[[nodiscard]] cross_entropy_result<T, P> softmax_cross_entropy_with(const ScaledArray<T, P>& logits,
+                                                                    const std::vector<std::size_t>& target, scale_rule rule)
+{
+    const std::size_t batch = logits.shape()[0], classes = logits.shape()[1];
+    const T* data = logits.data().data();
+    const double s = logits.scale();
+    const auto value = [data, s](std::size_t i) { return s == 0.0 ? 0.0 : static_cast<double>(load(data[i])) * s; };
+    double* const exps = scratch<double, cross_entropy_gradient>(batch * classes);
+    std::vector<double> total(batch, 0.0), row_loss(batch, 0.0);
+    parallel_lanes(batch, classes, [&](std::size_t first_row, std::size_t last_row) {
+        for (std::size_t b = first_row; b < last_row; ++b) {
+            const std::size_t first = b * classes;
+            double top = -std::numeric_limits<double>::infinity(), sum = 0.0;
+            for (std::size_t c = 0; c < classes; ++c) top = std::max(top, value(first + c));
+            for (std::size_t c = 0; c < classes; ++c) {
+                exps[first + c] = std::exp(value(first + c) - top);
+                sum += exps[first + c];
+            }
+            total[b] = sum;
+            row_loss[b] = std::log(sum) + top - value(first + target[b]);
+        }
+    });
+    double loss = 0.0;
+    for (const double term : row_loss) loss += term;
+
+    scale_request request;
+    request.natural = 1.0f;
+    request.input_scales[0] = logits.scale();
+    request.axis_length = classes;
+    request.batch = batch;
+    const cross_entropy_gradient at{exps, total.data(), target.data(), batch};
+    auto grad = finish_by_rule<NeedsAmax, P, float, double>("softmax_cross_entropy", std::vector<std::size_t>{batch, classes},
+                                                           request, rule,
+                                                           periodic_source<cross_entropy_gradient>{at, std::max<std::size_t>(classes, 1)});
+    return {batch ? loss / static_cast<double>(batch) : 0.0, std::move(grad)};
+}
 }  // namespace detail
 
 /// Labels: any sized range of integers (std::vector<std::uint8_t>, std::vector<std::int32_t>,
@@ -321,8 +377,8 @@ template <class Strategy = default_scaling, class T, class P, class Labels>
         SCALIFY_THROW(shape_error(fmt::format("softmax_cross_entropy: logits {} and {} labels do not match",
                                               shape_string(logits.shape()), label_count)));
     }
-    const std::size_t batch = logits.shape()[0], classes = logits.shape()[1];
-    std::vector<std::size_t> target(batch);
+    const std::size_t classes = logits.shape()[1];
+    std::vector<std::size_t> target(label_count);
     std::size_t row = 0;
     for (const auto label : labels) {
         const auto number = +label;  // promoted: character types print and compare as numbers
@@ -332,38 +388,8 @@ template <class Strategy = default_scaling, class T, class P, class Labels>
         }
         target[row++] = static_cast<std::size_t>(number);
     }
-
-    const T* data = logits.data().data();
-    const double s = logits.scale();
-    const auto value = [&](std::size_t i) { return s == 0.0 ? 0.0 : static_cast<double>(detail::load(data[i])) * s; };
-    std::vector<double> top(batch, -std::numeric_limits<double>::infinity()), total(batch, 0.0);
-    std::vector<double> exps(batch * classes);  // exp(v - top), summed here and divided for the gradient
-    double loss = 0.0;
-    for (std::size_t b = 0; b < batch; ++b) {
-        const std::size_t first = b * classes;
-        for (std::size_t c = 0; c < classes; ++c) top[b] = std::max(top[b], value(first + c));
-        for (std::size_t c = 0; c < classes; ++c) {
-            exps[first + c] = std::exp(value(first + c) - top[b]);
-            total[b] += exps[first + c];
-        }
-        loss += std::log(total[b]) + top[b] - value(first + target[b]);
-    }
-
-    scale_request request;
-    request.natural = 1.0f;
-    request.input_scales[0] = logits.scale();
-    request.axis_length = classes;
-    request.batch = batch;
-    // Row by row (a periodic_source: no division per element for the row and class).
-    const auto at = [e = exps.data(), totals = total.data(), targets = target.data(), batch](std::size_t i, std::size_t c,
-                                                                                            std::size_t b) {
-        const double p = e[i] / totals[b];
-        return (p - (c == targets[b] ? 1.0 : 0.0)) / static_cast<double>(batch);
-    };
-    auto grad = detail::finish<ops::vjp<ops::softmax_cross_entropy>, Strategy, P, float, double>(
-        "softmax_cross_entropy", std::vector<std::size_t>{batch, classes}, request,
-        detail::periodic_source<decltype(at)>{at, std::max<std::size_t>(classes, 1)});
-    return {batch ? loss / static_cast<double>(batch) : 0.0, std::move(grad)};
+    return detail::softmax_cross_entropy_with<detail::needs_amax_v<Strategy>, T, P>(
+        logits, target, detail::rule_for<ops::vjp<ops::softmax_cross_entropy>, Strategy, P>());
 }
 
 /// softmax_cross_entropy(logits, {3, 1, 4}): labels as a braced list.

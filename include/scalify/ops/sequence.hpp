@@ -103,14 +103,36 @@ template <class T, class P, std::integral I>
     return ScaledArray<T, P>(std::move(data), table.scale());
 }
 
+namespace detail {
+
+/// embedding_vjp's result as a row-by-row element source: a looked-up row's sums, zeros for every
+/// other row (a named type: the store loop is compiled once per compute type, whatever the
+/// strategy and the ids' type).
+template <class C>
+struct embedding_rows {
+    static constexpr std::size_t untouched = std::numeric_limits<std::size_t>::max();
+    const C* sums;            ///< the looked-up rows' sums, `width` each, in order of first lookup
+    const std::size_t* slot;  ///< per table row: its index among the looked-up rows, or untouched
+    std::size_t width;
+    [[nodiscard]] C operator()(std::size_t, std::size_t j, std::size_t row) const noexcept
+    {
+        const std::size_t s = slot[row];
+        return s == untouched ? C(0) : sums[s * width + j];
+    }
+};
+
+}  // namespace detail
+
 /// Gradient of embedding(table, ids) with respect to a table of `rows` rows: the cotangent's
 /// rows added into a zero (rows, D) array in id order (sums in compute_t, so the result does not
 /// depend on threads), stored under ops::vjp<ops::embedding> (natural scale: g's; unit_scaling
-/// adds sqrt(lookups / rows), docs/ops.md).
+/// adds sqrt(lookups / rows), docs/ops.md). Only the rows the ids name are summed (in per-thread
+/// buffers): a large vocabulary's other rows cost their store of zeros alone.
 template <class Strategy = default_scaling, class Out = void, class G, class P, std::integral I>
 [[nodiscard]] auto embedding_vjp(const ScaledArray<G, P>& g, const xt::xarray<I>& ids, std::size_t rows)
 {
     using C = compute_t<G>;
+    using source = detail::embedding_rows<C>;
     const std::size_t width = g.dimension() == 0 ? 0 : g.shape()[g.dimension() - 1];
     if (g.dimension() != ids.dimension() + 1 || !std::equal(ids.shape().begin(), ids.shape().end(), g.shape().begin())) {
         SCALIFY_THROW(shape_error(fmt::format("embedding_vjp: cotangent shape {} does not match ids of shape {} plus a "
@@ -118,10 +140,18 @@ template <class Strategy = default_scaling, class Out = void, class G, class P, 
                                               shape_string(g.shape()), shape_string(ids.shape()))));
     }
     detail::check_ids("embedding_vjp", ids, rows);
-    std::vector<C> sums(rows * width, C(0));
+    std::size_t* const slot = detail::scratch<std::size_t, source>(rows);
+    std::fill_n(slot, rows, source::untouched);
+    std::size_t looked_up = 0;
+    for (std::size_t i = 0; i < ids.size(); ++i) {
+        std::size_t& s = slot[static_cast<std::size_t>(ids.data()[i])];
+        if (s == source::untouched) s = looked_up++;
+    }
+    C* const sums = detail::scratch<C, source>(looked_up * width);
+    std::fill_n(sums, looked_up * width, C(0));
     const G* gd = g.data().data();
     for (std::size_t i = 0; i < ids.size(); ++i) {
-        C* row = sums.data() + static_cast<std::size_t>(ids.data()[i]) * width;
+        C* row = sums + slot[static_cast<std::size_t>(ids.data()[i])] * width;
         for (std::size_t j = 0; j < width; ++j) row[j] += detail::load(gd[i * width + j]);
     }
     scale_request request;
@@ -131,7 +161,7 @@ template <class Strategy = default_scaling, class Out = void, class G, class P, 
     request.axis_length = std::max<std::size_t>(rows, 1);
     const std::vector<std::size_t> shape{rows, width};
     return detail::finish<ops::vjp<ops::embedding>, Strategy, P, detail::out_or_t<Out, G>, C>(
-        "embedding_vjp", shape, request, [&sums](std::size_t i) { return sums[i]; });
+        "embedding_vjp", shape, request, detail::periodic_source<source>{{sums, slot, width}, std::max<std::size_t>(width, 1)});
 }
 
 /// Scores (..., T_q, T_k) with entry (i, j) set to -inf where j > i (PyTorch's is_causal): same
