@@ -247,6 +247,33 @@ void exercise(reader& in)
             }
             if (elements != a.size() || parts.size() != sections) fail("split's parts make up the array");
         });
+        // embedding_vjp of a as the cotangent (one id per row of its leading axes, ids from -1 to
+        // 9 over 0-8 table rows): every id outside the rows throws; otherwise the rows named are
+        // a's rows summed in id order, the others zeros, at a's scale (a zero scale: zeros).
+        guarded([&] {
+            if (a.dimension() == 0) return;
+            const std::size_t width = a.shape()[a.dimension() - 1], rows = in.byte() % 9;
+            xt::xarray<std::int16_t> ids = xt::xarray<std::int16_t>::from_shape(
+                std::vector<std::size_t>(a.shape().begin(), a.shape().end() - 1));
+            for (auto& id : ids) id = static_cast<std::int16_t>(static_cast<int>(in.byte() % 11) - 1);
+            const auto r = embedding_vjp(a, ids, rows);
+            check_result(r);
+            using C = compute_t<T>;
+            std::vector<C> sums(rows * width, C(0));
+            for (std::size_t i = 0; i < ids.size(); ++i) {
+                for (std::size_t j = 0; j < width; ++j)
+                    sums[static_cast<std::size_t>(ids.data()[i]) * width + j] += detail::load(a.data().data()[i * width + j]);
+            }
+            if (r.scale() != a.scale() || r.size() != sums.size()) fail("embedding_vjp keeps the cotangent's scale");
+            for (std::size_t k = 0; k < sums.size(); ++k) {
+                const T want = detail::store<T>(a.scale() == 0.0f ? C(0) : sums[k]);
+                const T& got = r.data().data()[k];
+                if (std::memcmp(&want, &got, sizeof(T)) != 0 && !(std::isnan(static_cast<double>(detail::load(want))) &&
+                                                                  std::isnan(static_cast<double>(detail::load(got))))) {
+                    fail("embedding_vjp sums the looked-up rows in id order, zeros elsewhere");
+                }
+            }
+        });
         guarded([&] { check_result(add<unit_scaling>(a, b)); });
         // An expiring operand (either side, any broadcast) gives the bits of the copying form.
         guarded([&] {
