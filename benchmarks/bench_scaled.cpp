@@ -1,12 +1,15 @@
 // Scaled primitives side by side with the raw computation they wrap, in one run:
 //   matmul 512^3 (float x float, and e4m3fn x e4m3fn) vs Eigen sgemm on float data;
 //   add / mul of 2^22 floats vs xtensor's a + b / a * b into an xarray (add also with a dynamic_abs scale).
+//   a 32000-class cross-entropy and embedding gradient vs the loops a user would write.
 // Ratios are reported by comparing the *_scalify and *_peer lines (docs/benchmarks.md).
 //   build/benchmarks/bench_scaled --benchmark_min_time=0.5
 #include <scalify/scalify.hpp>
 
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
+#include <cmath>
 #include <random>
 #include <utility>
 
@@ -212,6 +215,32 @@ void cross_entropy_large_vocabulary(benchmark::State& state)
 }
 BENCHMARK(cross_entropy_large_vocabulary)->Name("softmax_cross_entropy_f32_512x32000_scalify")->Unit(benchmark::kMillisecond);
 
+// The peer a user would write by hand: float loops on one thread, the exps stored in the fresh
+// gradient and scaled in place (scalify computes in double, on the threads).
+void cross_entropy_large_vocabulary_peer(benchmark::State& state)
+{
+    constexpr std::size_t batch = 512, classes = 32000;
+    const xt::xarray<float> logits = random_floats({batch, classes}, 7);
+    for (auto _ : state) {
+        xt::xarray<float> grad = xt::xarray<float>::from_shape({batch, classes});
+        double loss = 0.0;
+        for (std::size_t b = 0; b < batch; ++b) {
+            const float* x = logits.data() + b * classes;
+            float* g = grad.data() + b * classes;
+            const float top = *std::max_element(x, x + classes);
+            float total = 0.0f;
+            for (std::size_t c = 0; c < classes; ++c) total += g[c] = std::exp(x[c] - top);
+            const std::size_t label = (b * 7919) % classes;
+            loss += std::log(total) + top - x[label];
+            for (std::size_t c = 0; c < classes; ++c) g[c] = (g[c] / total - (c == label ? 1.0f : 0.0f)) / float(batch);
+        }
+        benchmark::DoNotOptimize(loss);
+        benchmark::DoNotOptimize(grad.data());
+    }
+    state.SetItemsProcessed(state.iterations() * static_cast<std::int64_t>(batch * classes));
+}
+BENCHMARK(cross_entropy_large_vocabulary_peer)->Name("softmax_cross_entropy_f32_512x32000_peer_float_loops")->Unit(benchmark::kMillisecond);
+
 void embedding_gradient_large_vocabulary(benchmark::State& state)
 {
     constexpr std::size_t lookups = 1024, rows = 32000, width = 512;
@@ -225,6 +254,24 @@ void embedding_gradient_large_vocabulary(benchmark::State& state)
     state.SetItemsProcessed(state.iterations() * static_cast<std::int64_t>(rows * width));
 }
 BENCHMARK(embedding_gradient_large_vocabulary)->Name("embedding_vjp_f32_32000x512_1024_lookups_scalify")->Unit(benchmark::kMillisecond);
+
+// The peer: xtensor's zeros and the rows added at their ids.
+void embedding_gradient_large_vocabulary_peer(benchmark::State& state)
+{
+    constexpr std::size_t lookups = 1024, rows = 32000, width = 512;
+    const xt::xarray<float> g = random_floats({lookups, width}, 8);
+    for (auto _ : state) {
+        xt::xarray<float> grad = xt::zeros<float>({rows, width});
+        for (std::size_t i = 0; i < lookups; ++i) {
+            float* to = grad.data() + ((i * 104729) % rows) * width;
+            const float* from = g.data() + i * width;
+            for (std::size_t j = 0; j < width; ++j) to[j] += from[j];
+        }
+        benchmark::DoNotOptimize(grad.data());
+    }
+    state.SetItemsProcessed(state.iterations() * static_cast<std::int64_t>(rows * width));
+}
+BENCHMARK(embedding_gradient_large_vocabulary_peer)->Name("embedding_vjp_f32_32000x512_1024_lookups_peer_xtensor")->Unit(benchmark::kMillisecond);
 
 void mx_quantize(benchmark::State& state)
 {
