@@ -7,6 +7,7 @@
 #include <scalify/scalify.hpp>
 
 #include <benchmark/benchmark.h>
+#include <xtensor/xbuilder.hpp>
 
 #include <algorithm>
 #include <cmath>
@@ -272,6 +273,31 @@ void embedding_gradient_large_vocabulary_peer(benchmark::State& state)
     state.SetItemsProcessed(state.iterations() * static_cast<std::int64_t>(rows * width));
 }
 BENCHMARK(embedding_gradient_large_vocabulary_peer)->Name("embedding_vjp_f32_32000x512_1024_lookups_peer_xtensor")->Unit(benchmark::kMillisecond);
+
+// Two 2048 x 2048 float arrays joined along the first axis, the scale from the result's amax,
+// against xtensor's concatenate of the same data into a fresh array.
+void concatenate_dynamic(benchmark::State& state)
+{
+    const auto a = make_scaled_array<pow2_scale>(random_floats({2048, 2048}, 9), 0.5f);
+    const auto b = make_scaled_array<pow2_scale>(random_floats({2048, 2048}, 10), 4.0f);
+    for (auto _ : state) {
+        auto c = concatenate<dynamic_abs<float8_e4m3fn>>({a, b}, 0);
+        benchmark::DoNotOptimize(c.data().data());
+    }
+    state.SetItemsProcessed(state.iterations() * 2 * 2048 * 2048);
+}
+BENCHMARK(concatenate_dynamic)->Name("concatenate_f32_2x2048x2048_dynamic_abs_scalify")->Unit(benchmark::kMillisecond);
+
+void concatenate_peer(benchmark::State& state)
+{
+    const xt::xarray<float> a = random_floats({2048, 2048}, 9), b = random_floats({2048, 2048}, 10);
+    for (auto _ : state) {
+        xt::xarray<float> c = xt::concatenate(xt::xtuple(a, b), 0);
+        benchmark::DoNotOptimize(c.data());
+    }
+    state.SetItemsProcessed(state.iterations() * 2 * 2048 * 2048);
+}
+BENCHMARK(concatenate_peer)->Name("concatenate_f32_2x2048x2048_peer_xtensor")->Unit(benchmark::kMillisecond);
 
 void mx_quantize(benchmark::State& state)
 {

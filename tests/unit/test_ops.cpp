@@ -472,6 +472,26 @@ TEST_CASE("reductions, softmax, where, layout ops", "[ops]")
     CHECK_THROWS_AS(concatenate({a, reshape(make_scaled_array<pow2_scale>(xt::xarray<float>{7.0f, 8.0f, 9.0f}, 4.0f), {3, 1})}, 1), shape_error);
 }
 
+TEST_CASE("concatenate under an amax scale: a braced list and a vector give the exact join's values", "[ops]")
+{
+    using A = ScaledArray<float, pow2_scale>;
+    const A a(xt::xarray<float>{{1.0f, -2.0f}, {3.0f, 0.5f}}, 0.5f), b(xt::xarray<float>{{7.0f, -8.0f}}, 4.0f);
+    const auto braced = concatenate<dynamic_abs<float8_e4m3fn>>({a, b}, 0);
+    const auto listed = concatenate<dynamic_abs<float8_e4m3fn>>(std::vector<A>{a, b}, 0);
+    REQUIRE(braced.shape() == std::vector<std::size_t>{3, 2});
+    CHECK(braced.scale() == listed.scale());
+    CHECK(braced.data() == listed.data());
+    // amax 32 (-8 at scale 4) lands at or below E4M3's 448 with a power-of-two scale.
+    const float expected[] = {0.5f, -1.0f, 1.5f, 0.25f, 28.0f, -32.0f};
+    for (std::size_t i = 0; i < 6; ++i) CHECK(braced.value().data()[i] == expected[i]);
+    CHECK(*std::max_element(braced.data().begin(), braced.data().end(), [](float x, float y) { return std::abs(x) < std::abs(y); }) <= 448.0f);
+    // A smaller join after a larger one (the raw values' buffer is reused): its own values only.
+    const auto small = concatenate<dynamic_abs<float8_e4m3fn>>({b, b}, 1);
+    REQUIRE(small.size() == 4);
+    CHECK(small.value()(0, 2) == 28.0f);
+    CHECK(small.value()(0, 3) == -32.0f);
+}
+
 TEST_CASE("casts and rebalance_scale keep the value", "[ops]")
 {
     const auto a = make_scaled_array<pow2_scale>(xt::xarray<float>{1.0f, 3.0f, 1000.0f, -0.3f}, 0.5f);

@@ -16,6 +16,7 @@
 #include <cstddef>
 #include <cstring>
 #include <initializer_list>
+#include <span>
 #include <type_traits>
 #include <vector>
 
@@ -274,11 +275,11 @@ template <class T, class P>
     return slice(a, 0, first, last);
 }
 
-/// Parts joined along `axis`; all other extents must agree (shape_error otherwise). The result
-/// has the parts' largest scale under default_scaling, their RMS scale over the elements under
-/// unit_scaling.
-template <class Strategy = default_scaling, class T, class P>
-[[nodiscard]] ScaledArray<T, P> concatenate(const std::vector<ScaledArray<T, P>>& parts, std::size_t axis = 0)
+namespace detail {
+/// concatenate over a span of parts, so that a braced list is read where it is (not copied into
+/// a vector first).
+template <class Strategy, class T, class P>
+[[nodiscard]] ScaledArray<T, P> concatenate_parts(std::span<const ScaledArray<T, P>> parts, std::size_t axis)
 {
     if (parts.empty()) SCALIFY_THROW(shape_error("concatenate: no arrays given"));
     const auto& first = parts.front().shape();
@@ -343,20 +344,30 @@ template <class Strategy = default_scaling, class T, class P>
         detail::check_output("concatenate", result);
         return result;
     } else {
-        std::vector<C> raw(total);
-        join([&](const T* in, std::size_t block, detail::scale_factor<C> k, std::size_t at) {
+        // The raw values in a per-thread buffer (a fresh one cost its page faults per call).
+        C* const raw = detail::scratch<C, ops::concatenate>(total);
+        join([raw](const T* in, std::size_t block, detail::scale_factor<C> k, std::size_t at) {
             for (std::size_t j = 0; j < block; ++j) raw[at + j] = detail::scaled_load(in[j], k);
         });
-        return detail::finish<ops::concatenate, Strategy, P, T, C>("concatenate", shape, request,
-                                                                  detail::buffer_source<C>{raw.data()});
+        return detail::finish<ops::concatenate, Strategy, P, T, C>("concatenate", shape, request, detail::buffer_source<C>{raw});
     }
+}
+}  // namespace detail
+
+/// Parts joined along `axis`; all other extents must agree (shape_error otherwise). The result
+/// has the parts' largest scale under default_scaling, their RMS scale over the elements under
+/// unit_scaling.
+template <class Strategy = default_scaling, class T, class P>
+[[nodiscard]] ScaledArray<T, P> concatenate(const std::vector<ScaledArray<T, P>>& parts, std::size_t axis = 0)
+{
+    return detail::concatenate_parts<Strategy, T, P>(parts, axis);
 }
 
 /// concatenate({a, b, c}, axis).
 template <class Strategy = default_scaling, class T, class P>
 [[nodiscard]] ScaledArray<T, P> concatenate(std::initializer_list<ScaledArray<T, P>> parts, std::size_t axis = 0)
 {
-    return concatenate<Strategy>(std::vector<ScaledArray<T, P>>(parts), axis);
+    return detail::concatenate_parts<Strategy, T, P>(std::span<const ScaledArray<T, P>>(parts.begin(), parts.size()), axis);
 }
 
 // ---- backward rules -------------------------------------------------------------------------
