@@ -333,7 +333,7 @@ template <bool NeedsAmax, class T, ScalePolicy P>
     const T* data = logits.data().data();
     const double s = logits.scale();
     const auto value = [data, s](std::size_t i) { return s == 0.0 ? 0.0 : static_cast<double>(load(data[i])) * s; };
-    double* const exps = scratch<double, cross_entropy_gradient>(batch * classes);
+    double* const exps = scratch<double, ops::softmax_cross_entropy>(batch * classes);
     std::vector<double> total(batch, 0.0), row_loss(batch, 0.0);
     parallel_lanes(batch, classes, [&](std::size_t first_row, std::size_t last_row) {
         for (std::size_t b = first_row; b < last_row; ++b) {

@@ -140,18 +140,20 @@ template <class Strategy = default_scaling, class Out = void, class G, class P, 
                                               shape_string(g.shape()), shape_string(ids.shape()))));
     }
     detail::check_ids("embedding_vjp", ids, rows);
-    std::size_t* const slot = detail::scratch<std::size_t, source>(rows);
+    // One pass over the ids: a row's sum is zeroed where its id first appears (at most one per
+    // lookup), then every lookup adds its row in id order.
+    std::size_t* const slot = detail::scratch<std::size_t, ops::embedding>(rows);
     std::fill_n(slot, rows, source::untouched);
+    C* const sums = detail::scratch<C, ops::embedding>(ids.size() * width);
     std::size_t looked_up = 0;
-    for (std::size_t i = 0; i < ids.size(); ++i) {
-        std::size_t& s = slot[static_cast<std::size_t>(ids.data()[i])];
-        if (s == source::untouched) s = looked_up++;
-    }
-    C* const sums = detail::scratch<C, source>(looked_up * width);
-    std::fill_n(sums, looked_up * width, C(0));
     const G* gd = g.data().data();
     for (std::size_t i = 0; i < ids.size(); ++i) {
-        C* row = sums + slot[static_cast<std::size_t>(ids.data()[i])] * width;
+        std::size_t& s = slot[static_cast<std::size_t>(ids.data()[i])];
+        if (s == source::untouched) {
+            s = looked_up++;
+            std::fill_n(sums + s * width, width, C(0));
+        }
+        C* row = sums + s * width;
         for (std::size_t j = 0; j < width; ++j) row[j] += detail::load(gd[i * width + j]);
     }
     scale_request request;
